@@ -1,0 +1,70 @@
+"""The wire contract: every annotation, label, env, ConfigMap key and resource name, spelled once.
+
+These strings are shared with the KAI scheduler, the reference admission webhook and binder, and the
+pods already running in a cluster; changing one breaks drop-in compatibility.
+"""
+
+# Pod annotations read by admission and binder.
+GPU_FRACTION = "gpu-fraction"
+GPU_MEMORY = "gpu-memory"
+GPU_FRACTION_NUM_DEVICES = "gpu-fraction-num-devices"
+GPU_FRACTION_CONTAINER_NAME = "gpu-fraction-container-name"
+MPS = "mps"
+SHARED_GPU_CONFIGMAP = "runai/shared-gpu-configmap"
+
+# Pod annotations written by the binder.
+RECEIVED_RESOURCE_TYPE = "received-resource-type"
+NUMA_PLACEMENT_PREDICTED = "kai.scheduler/numa-placement-predicted"
+
+# Pod labels written by the binder; the scheduler rebuilds GPU groups from them.
+GPU_GROUP_LABEL = "runai-gpu-group"
+MULTI_GPU_GROUP_LABEL_PREFIX = "runai-gpu-group/"
+APP_LABEL = "app"
+
+# Reservation pods.
+RESERVE_FOR_GPU_INDEX = "run.ai/reserve_for_gpu_index"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+RESERVATION_CONTAINER_NAME = "resource-reservation"
+RESERVATION_POD_NAME_PREFIX = "gpu-reservation"
+UNKNOWN_GPU_ID = "-1"
+
+# Resources and node labels.
+NVIDIA_GPU = "nvidia.com/gpu"
+NVIDIA_MIG_PREFIX = "nvidia.com/mig-"
+GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
+
+# Env vars and ConfigMap keys.
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+RUNAI_NUM_OF_GPUS = "RUNAI_NUM_OF_GPUS"
+GPU_PORTION = "GPU_PORTION"
+CUDA_DEVICE_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
+LEGACY_RUNAI_VISIBLE_DEVICES = "RUNAI-VISIBLE-DEVICES"
+
+# ConfigMap naming pieces.
+SHARED_GPU_SUFFIX = "shared-gpu"
+ENV_CONFIGMAP_SUFFIX = "-evar"
+VOLUME_SUFFIX = "-vol"
+INIT_CONTAINER_INDEX_PREFIX = "i"
+CDI_DEVICE_NAME_FORMAT = "k8s.device-plugin.nvidia.com/gpu={}"
+
+# BindRequest API.
+BINDREQUEST_GROUP = "scheduling.run.ai"
+BINDREQUEST_VERSION = "v1alpha2"
+BINDREQUEST_PLURAL = "bindrequests"
+BINDREQUEST_KIND = "BindRequest"
+RECEIVED_TYPE_REGULAR = "Regular"
+RECEIVED_TYPE_FRACTION = "Fraction"
+PHASE_PENDING = "Pending"
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+POD_BOUND_CONDITION = "PodBound"
+REASON_BOUND = "Bound"
+REASON_BINDING_ERROR = "BindingError"
+
+# Defaults shared by both programs.
+DEFAULT_SCHEDULER_NAME = "kai-scheduler"
+DEFAULT_RUNTIME_CLASS = "nvidia"
+DEFAULT_NAMESPACE = "kai-scheduler"
+DEFAULT_RESERVATION_NAMESPACE = "kai-resource-reservation"
+DEFAULT_SCALE_ADJUST_NAMESPACE = "kai-scale-adjust"
+QUEUE_LABEL = "kai.scheduler/queue"
