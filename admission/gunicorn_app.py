@@ -1,0 +1,71 @@
+"""Gunicorn wiring: gthread workers with keep-alive TLS, a reloading certificate, multiprocess metrics,
+and the probe servers in the master process."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from prometheus_client import multiprocess
+
+from admission.probes import start_probe_servers
+from admission.server import create_app
+from admission.settings import Settings
+from admission.tlsreload import ReloadingContext
+
+log = logging.getLogger("admission")
+
+
+class AdmissionServer(BaseApplication):
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._tls: ReloadingContext | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        settings = self.settings
+        options: dict[str, Any] = {
+            "bind": [f"{settings.webhook_host}:{settings.webhook_port}"],
+            "workers": settings.workers,
+            "threads": settings.threads,
+            "worker_class": "gthread",
+            "keepalive": 75,  # the apiserver keeps webhook connections open; so do we
+            "timeout": 30,
+            "graceful_timeout": 10,
+            "preload_app": True,
+            "certfile": settings.cert_file,
+            "keyfile": settings.key_file,
+            "ssl_context": self._ssl_context,
+            "child_exit": _child_exit,
+            "when_ready": self._when_ready,
+            "accesslog": None,
+            "loglevel": "warning" if settings.log_level != "debug" else "debug",
+            "proc_name": "fracgpu-admission",
+        }
+        for key, value in options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return create_app(self.settings)
+
+    def _ssl_context(self, config: Any, default_factory: Any) -> ssl.SSLContext:
+        # Runs in the worker for each connection; the context object is per process, after the fork.
+        if self._tls is None:
+            self._tls = ReloadingContext(self.settings.cert_file, self.settings.key_file)
+        return self._tls.get()
+
+    def _when_ready(self, arbiter: Any) -> None:
+        start_probe_servers(
+            self.settings.health_address, self.settings.metrics_address,
+            self.settings.webhook_host, self.settings.webhook_port,
+        )
+        log.info("admission webhook serving", extra={"fields": {
+            "port": self.settings.webhook_port, "workers": self.settings.workers,
+            "threads": self.settings.threads, "scheduler_name": self.settings.scheduler_name,
+        }})
+
+
+def _child_exit(arbiter: Any, worker: Any) -> None:
+    multiprocess.mark_process_dead(worker.pid)

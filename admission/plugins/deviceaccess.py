@@ -1,0 +1,87 @@
+"""Keep containers from choosing GPUs themselves through NVIDIA_VISIBLE_DEVICES.
+
+Only the device plugin (and, for the fraction container, the binder) may decide which GPUs a container
+sees; containers that asked for no GPU get `void` so the NVIDIA runtime exposes none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from admission.plugins.base import Denied, Pod
+from common import names
+from common.fraction import (
+    ContainerRef,
+    FractionContainerNotFound,
+    fraction_container_ref,
+    is_fraction_pod,
+)
+from common.quantity import is_nonzero_quantity
+
+_ALLOWED_VALUES = ("void", "none")
+
+
+def _exempt_container(pod: Pod) -> ContainerRef | None:
+    if not is_fraction_pod(pod) or not (pod.get("spec") or {}).get("containers"):
+        return None
+    try:
+        return fraction_container_ref(pod)
+    except FractionContainerNotFound as error:
+        raise Denied(f"failed to get fraction container ref: {error}") from None
+
+
+def _checked_containers(pod: Pod) -> Iterator[dict[str, Any]]:
+    """Init containers, then regular ones, without the fraction container."""
+    exempt = _exempt_container(pod)
+    spec = pod.get("spec") or {}
+    for init, key in ((True, "initContainers"), (False, "containers")):
+        for index, container in enumerate(spec.get(key) or []):
+            if exempt != ContainerRef(init=init, index=index):
+                yield container
+
+
+def _requests_gpu(container: dict[str, Any]) -> bool:
+    # Requests only: the apiserver has already defaulted requests from limits before admission.
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return any(
+        (resource == names.NVIDIA_GPU or resource.startswith(names.NVIDIA_MIG_PREFIX))
+        and is_nonzero_quantity(quantity)
+        for resource, quantity in requests.items()
+    )
+
+
+class DeviceAccess:
+    name = "deviceaccess"
+
+    def validate(self, pod: Pod) -> None:
+        for container in _checked_containers(pod):
+            for env in container.get("env") or []:
+                if env.get("name") != names.NVIDIA_VISIBLE_DEVICES:
+                    continue
+                value = env.get("value") or ""
+                if value and value not in _ALLOWED_VALUES:
+                    raise Denied(
+                        f"container {container.get('name', '')} has an environment variable "
+                        f"NVIDIA_VISIBLE_DEVICES defined with a value of {value}. This is forbidden due to "
+                        "conflicts with Nvidia's device plugin. The only values that are allowed are "
+                        "'void' or 'none'"
+                    )
+                if not value and env.get("valueFrom") is not None:
+                    raise Denied(
+                        f"container {container.get('name', '')} has an environment variable "
+                        "NVIDIA_VISIBLE_DEVICES defined with a valueFrom reference. This is forbidden due "
+                        "to possible conflicts with Nvidia's device plugin"
+                    )
+
+    def mutate(self, pod: Pod) -> None:
+        for container in list(_checked_containers(pod)):
+            if _requests_gpu(container):
+                continue
+            env = container.get("env") or []
+            for entry in env:
+                if entry.get("name") == names.NVIDIA_VISIBLE_DEVICES:
+                    entry["value"] = "void"
+                    break
+            else:
+                container["env"] = [*env, {"name": names.NVIDIA_VISIBLE_DEVICES, "value": "void"}]

@@ -1,0 +1,25 @@
+"""Run fraction pods with the GPU runtime class so the NVIDIA runtime honours NVIDIA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+from admission.plugins.base import Pod
+from common.fraction import is_fraction_pod
+
+
+class RuntimeEnforcement:
+    name = "runtimeenforcement"
+
+    def __init__(self, runtime_class_name: str) -> None:
+        self.runtime_class_name = runtime_class_name
+
+    def validate(self, pod: Pod) -> None:
+        return None
+
+    def mutate(self, pod: Pod) -> None:
+        if not self.runtime_class_name or not is_fraction_pod(pod):
+            return
+        if pod.get("spec") is None:
+            pod["spec"] = {}
+        spec = pod["spec"]
+        if not spec.get("runtimeClassName"):
+            spec["runtimeClassName"] = self.runtime_class_name

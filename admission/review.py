@@ -1,0 +1,220 @@
+"""AdmissionReview in, AdmissionReview out: decoding, the plugin chain, and the JSON patch.
+
+Pure functions of the request body, so the protocol is unit-tested without a server. The reference
+answers every decided request with HTTP 200; failures travel in `response.status`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from admission.plugins import AdmissionPlugin, Denied
+from admission.podshape import PodDecodeError, check_pod_shape
+
+MAX_BODY_BYTES = 7 * 1024 * 1024
+DEFAULT_API_VERSION = "admission.k8s.io/v1"
+ACCEPTED_API_VERSIONS = (DEFAULT_API_VERSION, "admission.k8s.io/v1beta1")
+
+log = logging.getLogger("admission.review")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to send back, and how to count it."""
+
+    review: dict[str, Any]
+    outcome: str  # allowed | patched | denied | invalid | error
+    plugin: str | None = None
+
+
+class _Rejected(Exception):
+    """The request cannot be decided; answered with `code` and `message` in the response status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _status(code: int, message: str = "", reason: str = "") -> dict[str, Any]:
+    status: dict[str, Any] = {"metadata": {}}
+    if message:
+        status["message"] = message
+    if reason:
+        status["reason"] = reason
+    status["code"] = code
+    return status
+
+
+def _envelope(api_version: str | None, response: dict[str, Any]) -> dict[str, Any]:
+    if api_version is None:  # the request could not be read: no kind, no apiVersion
+        return {"response": response}
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _allowed(uid: str, api_version: str, patch: list[dict[str, Any]] | None = None) -> Reply:
+    response: dict[str, Any] = {"uid": uid, "allowed": True, "status": _status(200)}
+    if patch:
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        response["patchType"] = "JSONPatch"
+    return Reply(_envelope(api_version, response), "patched" if patch else "allowed")
+
+
+def _denied(uid: str, api_version: str, message: str, plugin: str | None) -> Reply:
+    response = {"uid": uid, "allowed": False, "status": _status(403, message, "Forbidden")}
+    return Reply(_envelope(api_version, response), "denied", plugin)
+
+
+def _errored(uid: str, api_version: str | None, code: int, message: str) -> Reply:
+    response = {"uid": uid, "allowed": False, "status": _status(code, message)}
+    return Reply(_envelope(api_version, response), "invalid" if code < 500 else "error")
+
+
+def _read_review(body: bytes, content_type: str | None) -> tuple[str, dict[str, Any]]:
+    if not body:
+        raise _Rejected(400, "request body is empty")
+    if len(body) > MAX_BODY_BYTES:
+        raise _Rejected(413, f"request entity is too large; limit is {MAX_BODY_BYTES} bytes")
+    if content_type != "application/json":
+        raise _Rejected(400, f"contentType={content_type or ''}, expected application/json")
+    try:
+        review = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise _Rejected(400, f"couldn't get version/kind; json parse error: {error}") from None
+    if not isinstance(review, dict):
+        raise _Rejected(400, "couldn't get version/kind; json parse error: not a JSON object")
+    api_version = review.get("apiVersion") or DEFAULT_API_VERSION
+    if api_version not in ACCEPTED_API_VERSIONS:
+        raise _Rejected(400, f'no kind "AdmissionReview" is registered for version "{api_version}"')
+    kind = review.get("kind") or "AdmissionReview"
+    if kind != "AdmissionReview":
+        raise _Rejected(400, f'no kind "{kind}" is registered for version "{api_version}"')
+    request = review.get("request")
+    if request is None:
+        raise _Rejected(400, "got an empty AdmissionRequest")
+    if not isinstance(request, dict):
+        raise _Rejected(400, "json: cannot unmarshal request: expected an object")
+    for field in ("uid", "operation", "namespace", "name"):
+        if not isinstance(request.get(field, ""), str):
+            raise _Rejected(400, f"json: cannot unmarshal AdmissionRequest.{field}: expected a string")
+    return api_version, request
+
+
+def _decode_pod(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        raise _Rejected(400, "there is no content to decode")
+    try:
+        return check_pod_shape(raw)
+    except PodDecodeError as error:
+        raise _Rejected(400, str(error)) from None
+
+
+def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    return {
+        "namespace": metadata.get("namespace") or request.get("namespace"),
+        "pod": metadata.get("name") or metadata.get("generateName"),
+        "uid": request.get("uid"),
+        "operation": request.get("operation"),
+    }
+
+
+def _run_chain(
+    step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any], request: dict[str, Any]
+) -> tuple[str, str] | None:
+    """Run one method of every plugin in order; the first denial as (plugin, message), else None."""
+    for plugin in plugins:
+        try:
+            getattr(plugin, step)(pod)
+        except Denied as denial:
+            log.info(
+                "pod %s denied", step.replace("mutate", "mutation").replace("validate", "validation"),
+                extra={**_log_fields(request, pod), "plugin": plugin.name, "fields": {"reason": str(denial)}},
+            )
+            return plugin.name, str(denial)
+    return None
+
+
+def _decide(body: bytes, content_type: str | None, decide: Any) -> Reply:
+    """Shared intake: read the envelope, run `decide(api_version, request)`, map failures to replies."""
+    try:
+        api_version, request = _read_review(body, content_type)
+    except _Rejected as rejected:
+        return _errored("", None, rejected.code, rejected.message)
+    uid = request.get("uid", "")
+    try:
+        return decide(api_version, request)
+    except _Rejected as rejected:
+        return _errored(uid, api_version, rejected.code, rejected.message)
+    except Exception as error:  # a bug must cost one request, never the worker
+        log.exception("admission handler failed", extra={"uid": uid})
+        return _errored(uid, api_version, 500, f"panic: {error} [recovered]")
+
+
+def mutate(
+    body: bytes, content_type: str | None, scheduler_name: str, plugins: Sequence[AdmissionPlugin]
+) -> Reply:
+    def decide(api_version: str, request: dict[str, Any]) -> Reply:
+        uid = request.get("uid", "")
+        if request.get("operation") == "DELETE":
+            return _allowed(uid, api_version)
+        original = _decode_pod(request.get("object"))
+        if (original.get("spec") or {}).get("schedulerName") != scheduler_name:
+            return _allowed(uid, api_version)
+        # A second, independent parse is cheaper than a deep copy and keeps `original` pristine.
+        pod = json.loads(body)["request"]["object"]
+        request_namespace = request.get("namespace") or ""
+        object_namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        if object_namespace and request_namespace and object_namespace != request_namespace:
+            message = (
+                f"error: the namespace from the provided object {object_namespace} does not match "
+                f"the namespace {request_namespace}"
+            )
+            return _denied(uid, api_version, message, None)
+        if not object_namespace and request_namespace:
+            if pod.get("metadata") is None:
+                pod["metadata"] = {}
+            pod["metadata"]["namespace"] = request_namespace
+        denial = _run_chain("mutate", plugins, pod, request)
+        if denial:
+            return _denied(uid, api_version, denial[1], denial[0])
+        if pod == original:
+            return _allowed(uid, api_version)
+        log.debug("pod mutated", extra=_log_fields(request, pod))
+        return _allowed(uid, api_version, jsonpatch.make_patch(original, pod).patch)
+
+    return _decide(body, content_type, decide)
+
+
+def validate(
+    body: bytes, content_type: str | None, scheduler_name: str, plugins: Sequence[AdmissionPlugin]
+) -> Reply:
+    def decide(api_version: str, request: dict[str, Any]) -> Reply:
+        uid = request.get("uid", "")
+        operation = request.get("operation", "")
+        if operation == "CONNECT":
+            return _allowed(uid, api_version)
+        if operation == "DELETE":
+            _decode_pod(request.get("oldObject"))
+            return _allowed(uid, api_version)
+        if operation not in ("CREATE", "UPDATE"):
+            raise _Rejected(400, f'unknown operation "{operation}"')
+        pod = _decode_pod(request.get("object"))
+        if operation == "UPDATE":
+            _decode_pod(request.get("oldObject"))
+        if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
+            return _allowed(uid, api_version)
+        denial = _run_chain("validate", plugins, pod, request)
+        if denial:
+            return _denied(uid, api_version, denial[1], denial[0])
+        log.debug("pod validated", extra=_log_fields(request, pod))
+        return _allowed(uid, api_version)
+
+    return _decide(body, content_type, decide)
