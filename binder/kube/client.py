@@ -1,0 +1,325 @@
+"""A small, memory-lean Kubernetes API client: raw paths in, plain dicts out.
+
+Every call, watches included, first takes a token from one client-side bucket (`--qps` / `--burst`),
+so the whole binder process stays within the rate it was given, as client-go's rest client does.
+Authentication and TLS come from a kubeconfig or the in-cluster service account, loaded with the
+`kubernetes` package's config loaders; the requests themselves go through one pooled `requests.Session`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+PATCH_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+DEFAULT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, carrying its `Status` object."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def transport(self) -> bool:
+        """True when no answer arrived (timeout, reset): the request may or may not have taken effect."""
+        return self.status == 0
+
+
+class TransportError(ApiError):
+    """The connection failed or timed out before an answer arrived."""
+
+    def __init__(self, method: str, path: str, cause: Exception) -> None:
+        super().__init__(0, "TransportError", f"{method} {path}: {type(cause).__name__}: {cause}", {})
+        self.cause = cause
+
+
+class TokenBucket:
+    """Thread-safe token bucket: `rate` tokens per second, at most `burst` saved up.
+
+    A caller that finds the bucket empty reserves the next token (the count goes negative) and sleeps
+    until it is due, so waiting callers are served in arrival order and the long-run rate holds exactly.
+    A rate <= 0 means unlimited.
+    """
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.rate = float(rate)
+        self.burst = max(1, int(burst))
+        self._tokens = float(self.burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Take one token; return how many seconds the caller must wait before using it."""
+        if self.rate <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def acquire(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            self._sleep(delay)
+
+
+def _error_from_response(method: str, path: str, response: requests.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = body.get("message") or response.text.strip() or f"{method} {path}: HTTP {response.status_code}"
+    reason = body.get("reason") or response.reason or ""
+    return ApiError(response.status_code, reason, message, body)
+
+
+class KubeClient:
+    """Raw-path API client. Thread-safe; share one per process."""
+
+    def __init__(self, host: str, *, token: str | None = None, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, verify: bool = True,
+                 qps: float = 50.0, burst: int = 300, pool_size: int = 64,
+                 token_source: Callable[[], str | None] | None = None) -> None:
+        self.host = host.rstrip("/")
+        self.bucket = TokenBucket(qps, burst)
+        self._token = token
+        self._token_source = token_source
+        self.session = requests.Session()
+        self.session.trust_env = False
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size)
+        self.session.mount("https://", adapter)
+        self.session.mount("http://", adapter)
+        self.session.verify = ca_file if (verify and ca_file) else verify
+        if cert_file:
+            self.session.cert = (cert_file, key_file) if key_file else cert_file
+        self.session.headers["Accept"] = "application/json"
+        self.session.headers["User-Agent"] = "fracgpu-binder"
+        # Called after every answered request with (verb, HTTP status); metrics hook in here.
+        self.on_response: Callable[[str, int], None] | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300) -> KubeClient:
+        """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
+        configuration = k8s_client.Configuration()
+        token_source = None
+        if path:
+            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        else:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            except k8s_config.ConfigException:
+                k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                            client_configuration=configuration)
+        if configuration.refresh_api_key_hook is not None:
+            # In-cluster tokens are projected and rotate; re-read them through the loader's hook.
+            def token_source() -> str | None:
+                configuration.refresh_api_key_hook(configuration)
+                return configuration.get_api_key_with_prefix("authorization")
+
+        return cls(
+            configuration.host,
+            token=configuration.get_api_key_with_prefix("authorization"),
+            ca_file=configuration.ssl_ca_cert,
+            cert_file=configuration.cert_file,
+            key_file=configuration.key_file,
+            verify=configuration.verify_ssl,
+            qps=qps,
+            burst=burst,
+            token_source=token_source,
+        )
+
+    # ------------------------------------------------------------------ core
+    def _auth_headers(self) -> dict[str, str]:
+        token = self._token_source() if self._token_source else self._token
+        if not token:
+            return {}
+        if " " not in token:
+            token = f"Bearer {token}"
+        return {"Authorization": token}
+
+    def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
+              timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
+        self.bucket.acquire()
+        headers = self._auth_headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT
+        if not isinstance(timeout, tuple):
+            timeout = (min(CONNECT_TIMEOUT, timeout), timeout)
+        try:
+            response = self.session.request(method, self.host + path, data=data, params=params,
+                                            headers=headers, timeout=timeout, stream=stream)
+        except requests.RequestException as error:
+            if self.on_response:
+                self.on_response(method, 0)
+            raise TransportError(method, path, error) from error
+        if self.on_response:
+            self.on_response(method, response.status_code)
+        return response
+
+    def request(self, method: str, path: str, *, body: Any = None, params: dict | None = None,
+                content_type: str = "application/json", timeout: float | None = None) -> dict | None:
+        """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError."""
+        response = self._send(method, path, body=body, params=params, content_type=content_type,
+                              timeout=timeout, stream=False)
+        if response.status_code >= 400:
+            raise _error_from_response(method, path, response)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as error:
+            raise ApiError(response.status_code, "InvalidResponse",
+                           f"{method} {path}: answer is not JSON: {error}") from error
+
+    def get(self, path: str, params: dict | None = None) -> dict:
+        return self.request("GET", path, params=params) or {}
+
+    def create(self, path: str, body: dict) -> dict:
+        return self.request("POST", path, body=body) or {}
+
+    def replace(self, path: str, body: dict) -> dict:
+        return self.request("PUT", path, body=body) or {}
+
+    def patch(self, path: str, body: Any, patch_type: str = "merge") -> dict:
+        try:
+            content_type = PATCH_CONTENT_TYPES[patch_type]
+        except KeyError:
+            raise ValueError(f"unknown patch type {patch_type!r}") from None
+        return self.request("PATCH", path, body=body, content_type=content_type) or {}
+
+    def delete(self, path: str, params: dict | None = None, body: dict | None = None) -> dict | None:
+        return self.request("DELETE", path, params=params, body=body)
+
+    def list_all(self, path: str, params: dict | None = None, page_size: int = 500) -> dict:
+        """LIST with pagination; returns one list object whose `items` hold every page."""
+        query = dict(params or {})
+        query["limit"] = page_size
+        items: list[dict] = []
+        while True:
+            page = self.get(path, query)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                page["items"] = items
+                return page
+            query["continue"] = token
+
+    def watch(self, path: str, params: dict | None = None,
+              read_timeout: float | None = None) -> Iterator[dict]:
+        """Yield watch events `{"type", "object"}` until the server closes the stream.
+
+        `params` normally carries `resourceVersion`, `allowWatchBookmarks` and `timeoutSeconds`. An
+        `ERROR` event is yielded like any other (its object is a Status; 410 means re-list). A non-2xx
+        answer to the watch request raises ApiError. The stream is closed when the generator is closed.
+        """
+        query = dict(params or {})
+        query["watch"] = "true"
+        server_timeout = float(query.get("timeoutSeconds") or 300)
+        response = self._send("GET", path, body=None, params=query, content_type="application/json",
+                              timeout=(CONNECT_TIMEOUT, read_timeout or server_timeout + 30), stream=True)
+        try:
+            if response.status_code >= 400:
+                raise _error_from_response("WATCH", path, response)
+            try:
+                for line in response.iter_lines(chunk_size=None):
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    if isinstance(event, dict):
+                        yield event
+            except (requests.RequestException, ValueError) as error:
+                raise TransportError("WATCH", path, error) from error
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def pod_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    if name:
+        path += f"/{name}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+def configmap_path(namespace: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    return f"{path}/{name}" if name else path
+
+
+def node_path(name: str | None = None) -> str:
+    return f"/api/v1/nodes/{name}" if name else "/api/v1/nodes"
+
+
+def bindrequest_path(namespace: str | None = None, name: str | None = None,
+                     subresource: str | None = None) -> str:
+    from common import names
+
+    base = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}"
+    if namespace is None:
+        return f"{base}/{names.BINDREQUEST_PLURAL}"
+    path = f"{base}/namespaces/{namespace}/{names.BINDREQUEST_PLURAL}"
+    if name:
+        path += f"/{name}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/events"
