@@ -1,0 +1,92 @@
+"""The shape every binder plugin has, and what the bind pipeline hands it.
+
+The pipeline (binder/pipeline.py) builds one BindContext per bind attempt and calls, for each plugin in
+registry order: `prebind` (stop at the first error), then after the pod is bound `postbind` (never fails the
+bind), or after a failed attempt `rollback` on every plugin.
+
+Hand-offs between the pipeline and the plugins go through `BindContext.state`, a per-attempt scratch dict.
+Its keys are the constants below; a plugin reads only the keys documented here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from binder.kube.client import KubeClient
+
+# state[GPU_IDS]: list[str] — the GPU id reserved for each group of spec.selectedGPUGroups, in that order.
+# Written by the pipeline from ReservationService.reserve_gpu_device before PreBind; empty for Regular
+# BindRequests. Rollback may run without it (the attempt can fail before reservation).
+GPU_IDS = "gpu_ids"
+
+
+class BindError(Exception):
+    """A plugin step failed; the message says which object and which step, and becomes status.reason."""
+
+
+class EventRecorder(Protocol):
+    def __call__(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event about `obj` (a pod); must not raise."""
+
+
+@dataclass
+class BindContext:
+    """One bind attempt of one BindRequest: the objects as the pipeline read them, and a scratch dict.
+
+    `pod`, `node` and `bind_request` are plain API dicts. Plugins must not write them back to the API server
+    whole; they patch what they own. `record_event` is how a plugin tells the pod's owner something that is
+    not an error (e.g. hamicore's "no memory limit written"); when None, plugins only log.
+    """
+
+    pod: dict[str, Any]
+    node: dict[str, Any]
+    bind_request: dict[str, Any]
+    client: KubeClient
+    state: dict[str, Any] = field(default_factory=dict)
+    record_event: EventRecorder | None = None
+
+    @property
+    def namespace(self) -> str:
+        return (self.pod.get("metadata") or {}).get("namespace", "")
+
+    @property
+    def pod_name(self) -> str:
+        return (self.pod.get("metadata") or {}).get("name", "")
+
+    @property
+    def node_name(self) -> str:
+        return (self.node.get("metadata") or {}).get("name", "")
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.bind_request.get("spec") or {}
+
+    def log_fields(self) -> dict[str, str]:
+        """`extra=` for common.logs: namespace, pod, node and bindrequest of this attempt."""
+        br_meta = self.bind_request.get("metadata") or {}
+        return {
+            "namespace": self.namespace,
+            "pod": self.pod_name,
+            "node": self.spec.get("selectedNode") or self.node_name,
+            "bindrequest": br_meta.get("name", ""),
+        }
+
+
+class BinderPlugin(Protocol):
+    """Reference 9.1: name, PreBind, PostBind, Rollback."""
+
+    name: str
+
+    def prebind(self, ctx: BindContext) -> None:
+        """Runs before the pod is bound; raise (BindError or any Exception) to fail the attempt."""
+
+    def postbind(self, ctx: BindContext) -> None:
+        """Runs after the pod is bound; must not raise (the pipeline logs anything that escapes)."""
+
+    def rollback(self, ctx: BindContext) -> None:
+        """Undo what prebind may have done after a failed attempt; raise to report a rollback error.
+
+        Called for every plugin, whichever step failed, possibly without state[GPU_IDS].
+        """
