@@ -1,0 +1,372 @@
+"""List+watch informers: an in-memory copy of one resource, kept current from the API server.
+
+Each `Informer` runs one thread: LIST (paginated) → replace the store → WATCH from the list's
+resourceVersion with bookmarks → apply events. A watch that ends is resumed from the last
+resourceVersion seen; `410 Gone` (too old) re-lists; connection errors back off exponentially. A re-list
+diffs against the store so handlers still see every add, update and delete.
+
+Objects are plain dicts, slimmed by a per-resource function (e.g. no managedFields, no node images) so
+10,000 pods fit in little memory. Handlers run on the informer thread and must be quick; an exception in
+a handler is logged and never stops the informer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from binder.kube.client import ApiError, KubeClient
+from common import names
+
+log = logging.getLogger("binder.cache")
+
+Indexer = Callable[[dict], Iterable[str]]
+Handler = Callable[..., None]
+
+
+def object_key(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else meta.get("name", "")
+
+
+def _newer_or_equal(candidate: str | None, current: str | None) -> bool:
+    """resourceVersions are opaque, but etcd's are integers; compare numerically when both are."""
+    if not current or not candidate:
+        return True
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) >= int(current)
+    return True
+
+
+@dataclass
+class EventHandlers:
+    on_add: Handler | None = None  # (obj)
+    on_update: Handler | None = None  # (old, new)
+    on_delete: Handler | None = None  # (obj) — the last state seen
+
+
+@dataclass
+class Informer:
+    client: KubeClient
+    path: str
+    name: str
+    slim: Callable[[dict], dict] = lambda obj: obj
+    indexers: dict[str, Indexer] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    watch_timeout_s: int = 300
+    max_backoff_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._store: dict[str, dict] = {}
+        self._index: dict[str, dict[str, set[str]]] = {name: {} for name in self.indexers}
+        self._lock = threading.RLock()
+        self._handlers: list[EventHandlers] = []
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch = None
+        self.resource_version = ""
+        self.relists = 0
+
+    # ------------------------------------------------------------------ public reads
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    def get(self, namespace_or_name: str, name: str | None = None) -> dict | None:
+        key = f"{namespace_or_name}/{name}" if name is not None else namespace_or_name
+        with self._lock:
+            return self._store.get(key)
+
+    def list(self, namespace: str | None = None) -> list[dict]:
+        with self._lock:
+            if namespace is None:
+                return list(self._store.values())
+            prefix = namespace + "/"
+            return [obj for key, obj in self._store.items() if key.startswith(prefix)]
+
+    def by_index(self, index: str, value: str) -> list[dict]:
+        with self._lock:
+            keys = self._index[index].get(value, ())
+            return [self._store[key] for key in keys if key in self._store]
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def add_handlers(self, handlers: EventHandlers) -> None:
+        self._handlers.append(handlers)
+
+    def store_local(self, obj: dict) -> None:
+        """Put an object this process just wrote into the store, unless the store already has a newer one.
+
+        Lets a controller read its own writes before the watch delivers them (no handlers fire).
+        """
+        obj = self.slim(obj)
+        key = object_key(obj)
+        with self._lock:
+            current = self._store.get(key)
+            current_rv = (current or {}).get("metadata", {}).get("resourceVersion")
+            if current is None or _newer_or_equal(obj["metadata"].get("resourceVersion"), current_rv):
+                self._put(key, obj)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        watch = self._watch
+        if watch is not None:
+            try:
+                watch.close()
+            except Exception:  # noqa: BLE001 - closing a generator from another thread may race
+                pass
+
+    # ------------------------------------------------------------------ store maintenance
+    def _put(self, key: str, obj: dict) -> dict | None:
+        old = self._store.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._store[key] = obj
+        for index, fn in self.indexers.items():
+            for value in fn(obj):
+                self._index[index].setdefault(value, set()).add(key)
+        return old
+
+    def _unindex(self, key: str, obj: dict) -> None:
+        for index, fn in self.indexers.items():
+            for value in fn(obj):
+                keys = self._index[index].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._index[index][value]
+
+    def _remove(self, key: str) -> dict | None:
+        old = self._store.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
+    def _fire(self, kind: str, *args: dict) -> None:
+        for handlers in self._handlers:
+            fn = getattr(handlers, kind)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a handler bug must not stop the informer
+                log.exception("informer %s: %s handler failed", self.name, kind)
+
+    # ------------------------------------------------------------------ list / watch loop
+    def _relist(self) -> None:
+        listed = self.client.list_all(self.path, self.params)
+        fresh = {object_key(obj): self.slim(obj) for obj in listed.get("items") or []}
+        with self._lock:
+            gone = [(key, obj) for key, obj in self._store.items() if key not in fresh]
+            changes = []
+            for key, _ in gone:
+                self._remove(key)
+            for key, obj in fresh.items():
+                old = self._put(key, obj)
+                changes.append((old, obj))
+        for _, obj in gone:
+            self._fire("on_delete", obj)
+        for old, obj in changes:
+            if old is None:
+                self._fire("on_add", obj)
+            elif old.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self._fire("on_update", old, obj)
+        self.resource_version = (listed.get("metadata") or {}).get("resourceVersion", "")
+        self.relists += 1
+        self._synced.set()
+
+    def _apply(self, event: dict) -> bool:
+        """Apply one watch event; False means the watch must re-list (410 Gone)."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            log.info("informer %s: watch error %s: %s", self.name, code, obj.get("message"))
+            if code == 410:
+                return False
+            raise ApiError(code or 500, obj.get("reason", ""), obj.get("message", "watch error"), obj)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = rv
+        if kind == "BOOKMARK":
+            return True
+        obj = self.slim(obj)
+        key = object_key(obj)
+        with self._lock:
+            if kind == "DELETED":
+                old = self._remove(key)
+            else:
+                old = self._put(key, obj)
+        if kind == "DELETED":
+            self._fire("on_delete", old or obj)
+        elif old is None:
+            self._fire("on_add", obj)
+        else:
+            self._fire("on_update", old, obj)
+        return True
+
+    def _watch_once(self) -> bool:
+        params = dict(self.params)
+        params.update({
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout_s + random.randint(0, self.watch_timeout_s)),
+        })
+        self._watch = self.client.watch(self.path, params)
+        try:
+            for event in self._watch:
+                if self._stop.is_set():
+                    return True
+                if not self._apply(event):
+                    return False
+        finally:
+            self._watch.close()
+            self._watch = None
+        return True
+
+    def _run(self) -> None:
+        backoff = 0.2
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                need_list = not self._watch_once()
+                backoff = 0.2
+            except ApiError as error:
+                if self._stop.is_set():
+                    return
+                if error.gone:
+                    need_list = True
+                    continue
+                log.warning("informer %s: %s; retrying in %.1fs", self.name, error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(self.max_backoff_s, backoff * 2)
+            except Exception:  # noqa: BLE001 - keep the cache alive whatever happens
+                if self._stop.is_set():
+                    return
+                log.exception("informer %s: unexpected failure; re-listing in %.1fs", self.name, backoff)
+                need_list = True
+                self._stop.wait(backoff)
+                backoff = min(self.max_backoff_s, backoff * 2)
+
+
+# ---------------------------------------------------------------------- slimming and indexes
+def _slim_meta(meta: dict) -> dict:
+    meta = dict(meta)
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items()
+                               if k != "kubectl.kubernetes.io/last-applied-configuration"}
+    return meta
+
+
+def slim_pod(pod: dict) -> dict:
+    """Keep metadata, spec and the status fields the binder reads (phase, conditions)."""
+    status = pod.get("status") or {}
+    slim_status = {"phase": status.get("phase", "")}
+    if status.get("conditions"):
+        slim_status["conditions"] = status["conditions"]
+    return {"metadata": _slim_meta(pod.get("metadata") or {}), "spec": pod.get("spec") or {},
+            "status": slim_status}
+
+
+def slim_node(node: dict) -> dict:
+    """Nodes: name, uid, labels, annotations; no images, no status (the binder never reads them)."""
+    meta = _slim_meta(node.get("metadata") or {})
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+
+
+def slim_generic(obj: dict) -> dict:
+    out = dict(obj)
+    out["metadata"] = _slim_meta(obj.get("metadata") or {})
+    return out
+
+
+def pod_node_index(pod: dict) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+def pod_gpu_group_index(pod: dict) -> list[str]:
+    """Every GPU group a pod belongs to: `runai-gpu-group` and each `runai-gpu-group/<g>` label value."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    groups = []
+    for key, value in labels.items():
+        if (key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)) and value:
+            groups.append(value)
+    return groups
+
+
+def bindrequest_gpu_group_index(bind_request: dict) -> list[str]:
+    return [g for g in (bind_request.get("spec") or {}).get("selectedGPUGroups") or [] if isinstance(g, str)]
+
+
+def namespace_index(obj: dict) -> list[str]:
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return [namespace] if namespace else []
+
+
+INDEX_NODE = "node"
+INDEX_GPU_GROUP = "gpu-group"
+INDEX_NAMESPACE = "namespace"
+
+
+@dataclass
+class Caches:
+    """The binder's three informers. Pods: every pod (the reservation GC needs all namespaces)."""
+
+    pods: Informer
+    nodes: Informer
+    bindrequests: Informer
+
+    @classmethod
+    def build(cls, client: KubeClient) -> Caches:
+        from binder.kube.client import bindrequest_path
+
+        return cls(
+            pods=Informer(client, "/api/v1/pods", "pods", slim=slim_pod, indexers={
+                INDEX_NODE: pod_node_index, INDEX_GPU_GROUP: pod_gpu_group_index,
+                INDEX_NAMESPACE: namespace_index}),
+            nodes=Informer(client, "/api/v1/nodes", "nodes", slim=slim_node),
+            bindrequests=Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic,
+                                  indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index}),
+        )
+
+    def all(self) -> list[Informer]:
+        return [self.pods, self.nodes, self.bindrequests]
+
+    def start(self) -> None:
+        for informer in self.all():
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.all():
+            informer.stop()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return all(informer.wait_synced(timeout) for informer in self.all())
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.synced for informer in self.all())

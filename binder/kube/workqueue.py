@@ -1,0 +1,173 @@
+"""A rate-limited work queue keyed by `namespace/name`, with client-go's guarantees.
+
+* A key waiting in the queue is held once, however many times it is added.
+* A key is handed to at most one worker at a time; adds while it is being processed are remembered and
+  the key comes back once the worker calls `done`.
+* `add_rate_limited` re-adds after the key's own exponential delay: base, 2×base, 4×base … capped at
+  max; `forget` resets that count (after a success).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class ExponentialBackoff:
+    """Per-item failure delays: base × 2^(failures so far), capped at `max_delay`."""
+
+    def __init__(self, base_delay: float, max_delay: float) -> None:
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def when(self, key: str) -> float:
+        with self._lock:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        if failures > 62:
+            return self.max_delay
+        return min(self.max_delay, self.base_delay * (2 ** failures))
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        with self._lock:
+            return self._failures.get(key, 0)
+
+
+class WorkQueue:
+    def __init__(self, backoff: ExponentialBackoff, clock: Callable[[], float] = time.monotonic,
+                 on_depth: Callable[[int], None] | None = None) -> None:
+        self.backoff = backoff
+        self._clock = clock
+        self._queue: deque[str] = deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._waiting: list[tuple[float, int, str]] = []  # heap of (due, seq, key)
+        self._waiting_due: dict[str, float] = {}
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._shutting_down = False
+        self._on_depth = on_depth
+
+    # ------------------------------------------------------------------ adding
+    def add(self, key: str) -> None:
+        with self._cond:
+            self._add_locked(key)
+
+    def _add_locked(self, key: str) -> None:
+        if self._shutting_down or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._depth_changed()
+            self._cond.notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            if self._shutting_down:
+                return
+            due = self._clock() + delay
+            # Keep only the earliest due time for a key, like client-go's delaying queue.
+            if key in self._waiting_due and self._waiting_due[key] <= due:
+                return
+            self._waiting_due[key] = due
+            heapq.heappush(self._waiting, (due, next(self._seq), key))
+            self._cond.notify()
+
+    def add_rate_limited(self, key: str) -> float:
+        delay = self.backoff.when(key)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        self.backoff.forget(key)
+
+    def num_requeues(self, key: str) -> int:
+        return self.backoff.failures(key)
+
+    # ------------------------------------------------------------------ taking
+    def _promote_due_locked(self) -> float | None:
+        """Move due delayed keys into the queue; return seconds until the next one is due."""
+        now = self._clock()
+        while self._waiting:
+            due, _, key = self._waiting[0]
+            if self._waiting_due.get(key) != due:
+                heapq.heappop(self._waiting)  # superseded by an earlier due time
+                continue
+            if due > now:
+                return due - now
+            heapq.heappop(self._waiting)
+            del self._waiting_due[key]
+            self._add_locked(key)
+        return None
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """Block until a key is ready; None on shutdown or after `timeout` seconds with nothing."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                if self._shutting_down:
+                    return None
+                next_due = self._promote_due_locked()
+                if self._queue:
+                    key = self._queue.popleft()
+                    self._processing.add(key)
+                    self._dirty.discard(key)
+                    self._depth_changed()
+                    return key
+                wait = next_due
+                if deadline is not None:
+                    remaining = deadline - self._clock()
+                    if remaining <= 0:
+                        return None
+                    wait = remaining if wait is None else min(wait, remaining)
+                self._cond.wait(wait)
+
+    def done(self, key: str) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._queue.append(key)
+                self._depth_changed()
+                self._cond.notify()
+
+    # ------------------------------------------------------------------ lifecycle and introspection
+    def shutdown(self) -> None:
+        """Stop handing out keys; keys already being processed may still call `done`."""
+        with self._cond:
+            self._shutting_down = True
+            self._cond.notify_all()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def pending(self) -> int:
+        """Keys queued, waiting for a delay, or in process."""
+        with self._cond:
+            return len(self._queue) + len(self._waiting_due) + len(self._processing)
+
+    def processing(self) -> int:
+        with self._cond:
+            return len(self._processing)
+
+    def _depth_changed(self) -> None:
+        if self._on_depth is not None:
+            self._on_depth(len(self._queue))
