@@ -1,24 +1,133 @@
-"""Plugin registry and configuration (reference 9.3-9.5). STUB: signatures are final."""
+"""Plugin registry (reference 9.3): builders by name, argument parsing, and the build in run order."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from binder.plugins import config as cfg
 from binder.plugins.base import BinderPlugin
+from binder.plugins.config import PluginConfigError, PluginsConfig, parse_plugins_flag
 
 if TYPE_CHECKING:
     from binder.kube.client import KubeClient
 
+__all__ = ["PluginConfigError", "build_plugins", "parse_plugins_flag", "BUILDERS"]
 
-class PluginConfigError(Exception):
-    """The plugin configuration is invalid; the binder exits with status 1."""
-
-
-def parse_plugins_flag(value: str) -> Any:
-    """Decode a `--plugins` value; raises PluginConfigError (a flag-parse error) on bad JSON."""
-    raise NotImplementedError
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 
-def build_plugins(config_json: str | None, *, client: KubeClient | None = None) -> list[BinderPlugin]:
-    """The enabled plugins in run order from the `--plugins` JSON (None or "" = defaults)."""
-    raise NotImplementedError
+def go_quote(text: str) -> str:
+    """Go's %q / strconv.Quote for the strings that appear in argument errors."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+               "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+    out = []
+    for char in text:
+        if char in escapes:
+            out.append(escapes[char])
+        elif char.isprintable():
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def _argument(arguments: dict[str, str], name: str) -> str:
+    if name not in arguments:
+        raise PluginConfigError(f"missing argument {go_quote(name)}")
+    return arguments[name]
+
+
+def _invalid(name: str, value: str, parser: str, why: str) -> PluginConfigError:
+    return PluginConfigError(
+        f"invalid argument {go_quote(name)}={go_quote(value)}: strconv.{parser}: parsing {go_quote(value)}: {why}"
+    )
+
+
+def int_argument(arguments: dict[str, str], name: str) -> int:
+    """Go strconv.ParseInt(value, 10, 64) of a required argument."""
+    value = _argument(arguments, name)
+    if not _DECIMAL.fullmatch(value):
+        raise _invalid(name, value, "ParseInt", "invalid syntax")
+    number = int(value)
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise _invalid(name, value, "ParseInt", "value out of range")
+    return number
+
+
+def bool_argument(arguments: dict[str, str], name: str) -> bool:
+    """Go strconv.ParseBool of a required argument."""
+    value = _argument(arguments, name)
+    if value in _GO_TRUE:
+        return True
+    if value in _GO_FALSE:
+        return False
+    raise _invalid(name, value, "ParseBool", "invalid syntax")
+
+
+Builder = Callable[[dict[str, str], dict[str, Any]], BinderPlugin]
+
+
+def _volumebinding(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.volumebinding import VolumeBindingPlugin
+
+    return VolumeBindingPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS))
+
+
+def _dynamicresources(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.dynamicresources import DynamicResourcesPlugin
+
+    return DynamicResourcesPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS))
+
+
+def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.gpusharing import GpuSharingPlugin
+
+    return GpuSharingPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
+
+
+def _hamicore(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.hamicore import HamiCorePlugin
+
+    return HamiCorePlugin()
+
+
+BUILDERS: dict[str, Builder] = {
+    cfg.VOLUMEBINDING: _volumebinding,
+    cfg.DYNAMICRESOURCES: _dynamicresources,
+    cfg.GPUSHARING: _gpusharing,
+    cfg.HAMICORE: _hamicore,
+}
+
+
+def build_configured_plugins(config: PluginsConfig, **deps: Any) -> list[BinderPlugin]:
+    """Reference BuildConfiguredPlugins on a resolved config: dependency check, then build in run order."""
+    cfg.validate_dependencies(config)
+    plugins: list[BinderPlugin] = []
+    for name, entry in cfg.enabled_options(config):
+        builder = BUILDERS.get(name)
+        if builder is None:
+            raise PluginConfigError(f"failed to get binder plugin {name}")
+        try:
+            plugins.append(builder(dict(entry.arguments or {}), deps))
+        except PluginConfigError as error:
+            raise PluginConfigError(f"failed to build binder plugin {name}: {error}") from None
+    return plugins
+
+
+def build_plugins(
+    overrides: str | PluginsConfig | None, *, client: KubeClient | None = None, **deps: Any
+) -> list[BinderPlugin]:
+    """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
+    already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError."""
+    decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
+    resolved = cfg.resolve_config(cfg.default_config(), decoded)
+    return build_configured_plugins(resolved, client=client, **deps)

@@ -1,0 +1,161 @@
+"""gpusharing (priority 100): fill the GPU-sharing ConfigMaps of a fraction pod (reference 8, 9.6).
+
+The capabilities ConfigMap `<prefix>-<idx>` gets NVIDIA_VISIBLE_DEVICES (the reserved GPU ids in
+selectedGPUGroups order, CDI names with cdiEnabled), GPU_PORTION and RUNAI_NUM_OF_GPUS (the BindRequest's
+portion, verbatim) and the legacy RUNAI-VISIBLE-DEVICES when that key is already there. The `-evar`
+ConfigMap is created empty, and receives NVIDIA_VISIBLE_DEVICES only when the fraction container does not
+read it from the capabilities ConfigMap. Rollback deletes both, unless the pod is bound (DECISIONS §2.3).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from binder.kube.client import ApiError, pod_path
+from binder.plugins.base import GPU_IDS, BindContext, BindError
+from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
+from common import names
+from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
+from common.fraction import FractionContainerNotFound, fraction_container_ref
+from common.gpu_request import parse_go_float
+
+NAME = "gpusharing"
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+def is_fraction_bind(bind_request: dict[str, Any]) -> bool:
+    return (bind_request.get("spec") or {}).get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
+
+
+def visible_devices_value(gpu_ids: list[str], cdi_enabled: bool) -> str:
+    """Comma-joined ids in selectedGPUGroups order; CDI device names with cdiEnabled."""
+    if cdi_enabled:
+        gpu_ids = [names.CDI_DEVICE_NAME_FORMAT.format(gpu_id) for gpu_id in gpu_ids]
+    return ",".join(gpu_ids)
+
+
+def reads_devices_from_configmap(container: dict[str, Any]) -> bool:
+    """Whether the container's NVIDIA_VISIBLE_DEVICES env comes from a configMapKeyRef (the normal case)."""
+    for env in container.get("env") or []:
+        if (env or {}).get("name") == names.NVIDIA_VISIBLE_DEVICES:
+            return bool((env.get("valueFrom") or {}).get("configMapKeyRef"))
+    return False
+
+
+def portion_problem(received_gpu: Any) -> str | None:
+    """Why spec.receivedGPU cannot be used, or None. The portion must be a finite number >= 0."""
+    if not isinstance(received_gpu, dict):
+        return "has no spec.receivedGPU"
+    portion = received_gpu.get("portion")
+    if not isinstance(portion, str) or portion == "":
+        return "has no spec.receivedGPU.portion"
+    value = parse_go_float(portion)
+    if value is None or math.isnan(value) or value < 0:
+        return f'has an invalid spec.receivedGPU.portion "{portion}": not a non-negative number'
+    return None
+
+
+def devices_data(current: dict[str, str], devices: str) -> dict[str, str]:
+    """NVIDIA_VISIBLE_DEVICES, and the legacy key only where it already exists."""
+    data = {names.NVIDIA_VISIBLE_DEVICES: devices}
+    if names.LEGACY_RUNAI_VISIBLE_DEVICES in current:
+        data[names.LEGACY_RUNAI_VISIBLE_DEVICES] = devices
+    return data
+
+
+def capabilities_data(current: dict[str, str], portion: str, devices: str | None) -> dict[str, str]:
+    """Keys to set in the capabilities ConfigMap; `devices` None when they go to the -evar one."""
+    data = devices_data(current, devices) if devices is not None else {}
+    data[names.RUNAI_NUM_OF_GPUS] = portion
+    data[names.GPU_PORTION] = portion
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- plugin
+class GpuSharingPlugin:
+    name = NAME
+
+    def __init__(self, cdi_enabled: bool) -> None:
+        self.cdi_enabled = cdi_enabled
+
+    def prebind(self, ctx: BindContext) -> None:
+        if not is_fraction_bind(ctx.bind_request):
+            return
+        pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
+        problem = portion_problem(ctx.spec.get("receivedGPU"))
+        if problem:
+            raise BindError(f"fraction BindRequest for pod {pod_ref} {problem}")
+        portion = ctx.spec["receivedGPU"]["portion"]
+        gpu_ids = list(ctx.state.get(GPU_IDS) or [])
+        if not gpu_ids:
+            raise BindError(f"no reserved GPU ids for fraction pod {pod_ref}")
+        devices = visible_devices_value(gpu_ids, self.cdi_enabled)
+        try:
+            ref = fraction_container_ref(ctx.pod)
+        except FractionContainerNotFound as error:
+            raise BindError(f"failed to get fraction container ref: {error}") from error
+        try:
+            capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
+        except Exception as error:
+            raise BindError("failed to create capabilities configmap: failed to get capabilities configmap "
+                            f"name: {error}") from error
+        in_capabilities = reads_devices_from_configmap(ref.container(ctx.pod))
+
+        try:
+            upsert_owned_configmap(ctx.client, ctx.pod, capabilities, lambda current: capabilities_data(
+                current, portion, devices if in_capabilities else None))
+        except ConfigMapError as error:
+            raise BindError(f"failed to create capabilities configmap: {error}") from error
+        try:
+            upsert_owned_configmap(ctx.client, ctx.pod, env_configmap_name(capabilities),
+                                   lambda current: {} if in_capabilities else devices_data(current, devices))
+        except ConfigMapError as error:
+            raise BindError(f"failed to create env configmap: {error}") from error
+        log.info("GPU sharing ConfigMaps written", extra={
+            **ctx.log_fields(), "fields": {"configmap": capabilities, "visible_devices": devices}})
+
+    def postbind(self, ctx: BindContext) -> None:
+        return None
+
+    def rollback(self, ctx: BindContext) -> None:
+        if not is_fraction_bind(ctx.bind_request):
+            return
+        try:
+            ref = fraction_container_ref(ctx.pod)
+        except FractionContainerNotFound:
+            return
+        try:
+            capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
+        except Exception as error:
+            log.info("no GPU sharing ConfigMap to roll back: %s", error, extra=ctx.log_fields())
+            return
+        if self._pod_is_bound(ctx):
+            log.warning("pod is bound; keeping its GPU sharing ConfigMaps", extra=ctx.log_fields())
+            return
+        errors = []
+        for name in (capabilities, env_configmap_name(capabilities)):
+            try:
+                delete_configmap(ctx.client, ctx.namespace, name)
+            except ApiError as error:
+                errors.append(f"failed to delete configmap {ctx.namespace}/{name} during rollback: {error}")
+        if errors:
+            raise BindError("\n".join(errors))
+
+    @staticmethod
+    def _pod_is_bound(ctx: BindContext) -> bool:
+        """From the API server: the attempt may have bound the pod even though the call reported an error.
+        A pod that is gone is not bound; a read that fails keeps the ConfigMaps (the safe side)."""
+        try:
+            pod = ctx.client.get(pod_path(ctx.namespace, ctx.pod_name))
+        except ApiError as error:
+            if error.not_found:
+                return False
+            log.warning("cannot tell whether the pod is bound (%s); keeping its ConfigMaps", error,
+                        extra=ctx.log_fields())
+            return True
+        if (pod.get("metadata") or {}).get("uid") != (ctx.pod.get("metadata") or {}).get("uid"):
+            return False
+        return bool((pod.get("spec") or {}).get("nodeName"))

@@ -1,0 +1,111 @@
+"""hamicore (priority 50, off by default): the per-device GPU memory limit for HAMi-core (reference 9.7).
+
+CUDA_DEVICE_MEMORY_LIMIT = trunc(node label nvidia.com/gpu.memory MiB × portion) followed by `m`, written
+into the capabilities ConfigMap gpusharing created. When no limit can be computed the bind still goes on,
+as in the reference, but never silently (DECISIONS §2.5): a Warning event on the pod and the
+`fracgpu_binder_hamicore_limit_skipped_total{reason}` counter say why. `0m` is never written: HAMi-core
+would read it as "unlimited".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from binder.kube.client import ApiError
+from binder.plugins.base import BindContext, BindError
+from binder.plugins.gpusharing import is_fraction_bind
+from binder.plugins.sharedcm import set_configmap_keys
+from common import names
+from common.configmaps import existing_capabilities_configmap_name
+from common.fraction import FractionContainerNotFound, fraction_container_ref
+from common.gpu_request import parse_go_float
+
+NAME = "hamicore"
+EVENT_REASON = "GPUMemoryLimitNotSet"
+_INT64_MAX = 2**63 - 1
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+log = logging.getLogger(__name__)
+
+LIMIT_SKIPPED = Counter(
+    "fracgpu_binder_hamicore_limit_skipped",
+    "Fraction binds for which hamicore wrote no CUDA_DEVICE_MEMORY_LIMIT, by reason",
+    ["reason"],
+)
+
+
+@dataclass(frozen=True)
+class NoLimit:
+    """Why no limit is written: a short metric label and a sentence for the pod's event."""
+
+    reason: str
+    message: str
+
+
+def memory_limit(node: dict[str, Any], received_gpu: Any) -> str | NoLimit:
+    """The limit string (e.g. `4147m`), or why there is none. Pure: the unit tests pin every branch."""
+    node_name = (node.get("metadata") or {}).get("name", "")
+    label = ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL)
+    if label is None:
+        return NoLimit("node_label_missing",
+                       f"node {node_name} has no {names.GPU_MEMORY_NODE_LABEL} label")
+    total = int(label) if _DECIMAL.fullmatch(label) else None
+    if total is None or not 0 < total <= _INT64_MAX:
+        return NoLimit("node_label_invalid",
+                       f'node {node_name} label {names.GPU_MEMORY_NODE_LABEL}="{label}" is not a positive '
+                       "number of MiB")
+    portion_text = (received_gpu or {}).get("portion") if isinstance(received_gpu, dict) else None
+    if not isinstance(portion_text, str):
+        return NoLimit("portion_missing", "the BindRequest has no spec.receivedGPU.portion")
+    portion = parse_go_float(portion_text)
+    if portion is None or math.isnan(portion) or portion <= 0:
+        return NoLimit("portion_invalid", f'spec.receivedGPU.portion "{portion_text}" is not a positive number')
+    product = total * portion
+    if not math.isfinite(product) or product >= 2**63:
+        return NoLimit("limit_out_of_range", f"{total} MiB × {portion_text} is out of range")
+    allocated = math.trunc(product)
+    if allocated <= 0:
+        return NoLimit("limit_zero", f"{total} MiB × {portion_text} is less than 1 MiB")
+    return f"{allocated}m"
+
+
+class HamiCorePlugin:
+    name = NAME
+
+    def prebind(self, ctx: BindContext) -> None:
+        if not is_fraction_bind(ctx.bind_request):
+            return
+        limit = memory_limit(ctx.node, ctx.spec.get("receivedGPU"))
+        if isinstance(limit, NoLimit):
+            self._report_no_limit(ctx, limit)
+            return
+        try:
+            ref = fraction_container_ref(ctx.pod)
+        except FractionContainerNotFound as error:
+            raise BindError(f"failed to get fraction container ref: {error}") from error
+        capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
+        try:
+            set_configmap_keys(ctx.client, ctx.namespace, capabilities, {names.CUDA_DEVICE_MEMORY_LIMIT: limit})
+        except ApiError as error:
+            raise BindError(f"failed to update {names.CUDA_DEVICE_MEMORY_LIMIT} value in gpu sharing configmap "
+                            f"for pod <{ctx.namespace}/{ctx.pod_name}>: {error}") from error
+        log.info("GPU memory limit written", extra={**ctx.log_fields(), "fields": {"limit": limit}})
+
+    def postbind(self, ctx: BindContext) -> None:
+        return None
+
+    def rollback(self, ctx: BindContext) -> None:
+        return None
+
+    @staticmethod
+    def _report_no_limit(ctx: BindContext, no_limit: NoLimit) -> None:
+        LIMIT_SKIPPED.labels(reason=no_limit.reason).inc()
+        message = f"No {names.CUDA_DEVICE_MEMORY_LIMIT} written, GPU memory is not limited: {no_limit.message}"
+        log.warning(message, extra={**ctx.log_fields(), "fields": {"reason": no_limit.reason}})
+        if ctx.record_event is not None:
+            ctx.record_event(ctx.pod, "Warning", EVENT_REASON, message)
