@@ -15,6 +15,26 @@ MUTATE_PATH = "/mutate--v1-pod"
 VALIDATE_PATH = "/validate--v1-pod"
 
 
+_CHUNK = 1 << 16
+_DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+def _read_body() -> bytes:
+    """The body, cut just past the 7 MiB limit; the rest is drained so keep-alive clients get an answer."""
+    if (request.content_length or 0) <= review.MAX_BODY_BYTES:
+        return request.get_data(cache=False)
+    kept = bytearray()
+    drained = 0
+    while drained < _DRAIN_LIMIT:
+        chunk = request.stream.read(_CHUNK)
+        if not chunk:
+            break
+        drained += len(chunk)
+        if len(kept) <= review.MAX_BODY_BYTES:
+            kept += chunk
+    return bytes(kept)
+
+
 def create_app(settings: Settings) -> Flask:
     app = Flask("admission")
     plugins = build_plugins(
@@ -27,11 +47,7 @@ def create_app(settings: Settings) -> Flask:
 
     def serve() -> Response:
         started = time.perf_counter()
-        declared = request.content_length
-        if declared is not None and declared > review.MAX_BODY_BYTES:
-            body = b"x" * (review.MAX_BODY_BYTES + 1)  # never read a body we refuse anyway
-        else:
-            body = request.get_data(cache=False)
+        body = _read_body()
         reply = handlers[request.path](body, request.headers.get("Content-Type"), settings.scheduler_name,
                                        plugins)
         payload = json.dumps(reply.review)
