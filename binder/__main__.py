@@ -1,0 +1,58 @@
+"""`python -m binder` / `fracgpu-binder`: flags → client → application; SIGTERM shuts down gracefully."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from binder.settings import parse_settings
+from common.logs import configure_logging
+
+log = logging.getLogger("binder")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    configure_logging(settings.log_format, settings.log_level)
+    from binder.app import BinderApp
+    from binder.kube.client import KubeClient
+    from binder.plugins.registry import PluginConfigError, build_plugins
+
+    try:
+        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
+    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
+        print(f"fracgpu-binder: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
+        return 1
+    try:
+        plugins = build_plugins(settings.plugins_json, client=client)
+    except PluginConfigError as error:
+        print(f"fracgpu-binder: {error}", file=sys.stderr)
+        return 1
+
+    app = BinderApp(settings, client, plugins=plugins)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        app.stop_event_loop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        app.start()
+    except Exception:  # noqa: BLE001
+        log.exception("binder failed to start")
+        return 1
+    while not app.stopped.wait(1.0):
+        pass
+    finished = app.shutdown()
+    if app.lost_lease:
+        log.error("exiting: leader lease lost")
+        return 1
+    log.info("binder stopped", extra={"fields": {"clean": finished}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Application wiring: caches → event triggers → work queues → workers, under leader election.
+
+Every replica runs the caches and serves probes; only the leader runs workers, the start-up reservation
+GC and the GPU-group syncs that pod and BindRequest events trigger (those syncs delete pods). Event
+handlers only enqueue: the informer threads never wait on the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+from binder import status as st
+from binder.controller import BindRequestController
+from binder.events import EventRecorder
+from binder.kube.cache import Caches, EventHandlers, object_key, pod_gpu_group_index
+from binder.kube.client import KubeClient
+from binder.kube.workqueue import ExponentialBackoff, WorkQueue
+from binder.leader import LeaderElector
+from binder.metrics import BinderMetrics
+from binder.pipeline import Pipeline
+from binder.probes import HttpEndpoint, health_routes, metrics_routes
+from binder.settings import Settings
+from common import names
+
+log = logging.getLogger("binder")
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def default_lease_namespace() -> str:
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as handle:
+            return handle.read().strip() or names.DEFAULT_NAMESPACE
+    except OSError:
+        return names.DEFAULT_NAMESPACE
+
+
+def build_reservation(client: KubeClient, settings: Settings, caches: Caches) -> Any:
+    from binder.reservation.service import ReservationService
+
+    try:
+        from binder.reservation.lookups import CacheLookups  # type: ignore[attr-defined]
+    except ImportError:
+        return ReservationService(client, settings.reservation)
+    return ReservationService(client, settings.reservation, CacheLookups(caches))
+
+
+class BinderApp:
+    def __init__(self, settings: Settings, client: KubeClient, plugins: list[Any] | None = None,
+                 reservation: Any = None, metrics: BinderMetrics | None = None) -> None:
+        from binder.plugins.registry import build_plugins
+
+        self.settings = settings
+        self.client = client
+        self.metrics = metrics or BinderMetrics()
+        client.on_response = self.metrics.observe_api
+        self.identity = settings.identity or default_identity()
+        self.caches = Caches.build(client)
+        self.reservation = reservation or build_reservation(client, settings, self.caches)
+        self.record_event = EventRecorder(client, self.identity, on_drop=self.metrics.events_dropped.inc)
+        self.plugins = plugins if plugins is not None else build_plugins(settings.plugins_json, client=client)
+        self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
+                                 self.metrics.reservation_wait.observe)
+        self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
+                                                self.record_event)
+        backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
+        self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
+        self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
+                                                        settings.rate_limiter_max_delay_s))
+        self.elector: LeaderElector | None = None
+        self.workers: list[threading.Thread] = []
+        self.endpoints: list[HttpEndpoint] = []
+        self.stopped = threading.Event()
+        self.lost_lease = False
+        self._register_handlers()
+
+    # ------------------------------------------------------------------ triggers
+    def _register_handlers(self) -> None:
+        self.caches.bindrequests.add_handlers(EventHandlers(
+            on_add=lambda br: self.queue.add(object_key(br)),
+            on_update=self._on_bindrequest_update,
+            on_delete=self._on_bindrequest_delete,
+        ))
+        self.caches.pods.add_handlers(EventHandlers(on_update=self._on_pod_update, on_delete=self._on_pod_delete))
+
+    def _on_bindrequest_update(self, old: dict, new: dict) -> None:
+        if st.should_enqueue_update(old, new):
+            self.queue.add(object_key(new))
+
+    def _on_bindrequest_delete(self, bind_request: dict) -> None:
+        """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
+        if st.is_fraction(bind_request):
+            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+                if isinstance(group, str) and group:
+                    self.group_queue.add(group)
+
+    def _relevant(self, pod: dict) -> bool:
+        return (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
+
+    def _on_pod_update(self, old: dict, new: dict) -> None:
+        """Reference 7: a relevant pod completing syncs its groups (multi-device labels included)."""
+        old_phase = (old.get("status") or {}).get("phase")
+        new_phase = (new.get("status") or {}).get("phase")
+        if old_phase != new_phase and new_phase in FINISHED_PHASES and self._relevant(new):
+            for group in pod_gpu_group_index(new):
+                self.group_queue.add(group)
+
+    def _on_pod_delete(self, pod: dict) -> None:
+        if self._relevant(pod):
+            for group in pod_gpu_group_index(pod):
+                self.group_queue.add(group)
+
+    # ------------------------------------------------------------------ workers
+    def _bind_worker(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                with self.metrics.reconcile_seconds.time():
+                    result = self.controller.reconcile(key)
+                if result.retry:
+                    self.queue.add_rate_limited(key)
+                else:
+                    self.queue.forget(key)
+            except Exception:  # noqa: BLE001 - reconcile reports its own errors; this is the last guard
+                log.exception("reconcile crashed", extra={"bindrequest": key})
+                self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(key)
+
+    def _group_worker(self) -> None:
+        while True:
+            group = self.group_queue.get()
+            if group is None:
+                return
+            try:
+                self.reservation.sync_for_gpu_group(group)
+                self.group_queue.forget(group)
+                self.metrics.group_syncs.labels(outcome="success").inc()
+            except Exception as error:  # noqa: BLE001
+                log.warning("failed to sync reservation of gpu group %s: %s", group, error)
+                self.metrics.group_syncs.labels(outcome="failure").inc()
+                self.group_queue.add_rate_limited(group)
+            finally:
+                self.group_queue.done(group)
+
+    def _start_working(self) -> None:
+        """Runs once this process may act: start-up GC (never fatal), then the workers."""
+        self.metrics.leader.set(1)
+        threading.Thread(target=self._startup_sync, name="startup-sync", daemon=True).start()
+        for i in range(self.settings.max_concurrent_reconciles):
+            thread = threading.Thread(target=self._bind_worker, name=f"bind-worker-{i}", daemon=True)
+            thread.start()
+            self.workers.append(thread)
+        for i in range(2):
+            thread = threading.Thread(target=self._group_worker, name=f"group-worker-{i}", daemon=True)
+            thread.start()
+            self.workers.append(thread)
+        log.info("binder workers started", extra={"fields": {"workers": self.settings.max_concurrent_reconciles}})
+
+    def _startup_sync(self) -> None:
+        try:
+            self.reservation.sync_all()
+        except Exception:  # noqa: BLE001 - DECISIONS 2.7: start-up GC never crashes the binder
+            log.exception("start-up reservation sync failed")
+
+    def _lease_lost(self) -> None:
+        self.metrics.leader.set(0)
+        self.lost_lease = True
+        self.stop_event_loop()
+
+    # ------------------------------------------------------------------ lifecycle
+    def ready(self) -> tuple[bool, str]:
+        if not self.caches.synced:
+            return False, "caches not synced"
+        if self.settings.leader_elect:
+            if self.elector is None or self.lost_lease:
+                return False, "leader election not running"
+            return True, "leading" if self.elector.leading.is_set() else "standing by"
+        return True, "ok"
+
+    def start(self, sync_timeout: float | None = None) -> None:
+        for address, routes, name in (
+                (self.settings.health_address, health_routes(self.ready), "health"),
+                (self.settings.metrics_address, metrics_routes(self.metrics.exposition), "metrics")):
+            if address is not None:
+                endpoint = HttpEndpoint(address, routes, name)
+                endpoint.start()
+                self.endpoints.append(endpoint)
+        self.caches.start()
+        if not self.caches.wait_synced(sync_timeout):
+            raise RuntimeError("caches did not sync")
+        log.info("caches synced", extra={"fields": {"pods": len(self.caches.pods), "nodes": len(self.caches.nodes),
+                                                    "bindrequests": len(self.caches.bindrequests)}})
+        if self.settings.leader_elect:
+            s = self.settings
+            self.elector = LeaderElector(
+                self.client, s.leader_election_namespace or default_lease_namespace(), s.leader_election_id,
+                self.identity, lease_duration=s.lease_duration_s, renew_deadline=s.renew_deadline_s,
+                retry_period=s.retry_period_s, on_started=self._start_working, on_stopped=self._lease_lost)
+            self.elector.start()
+        else:
+            self._start_working()
+
+    def stop_event_loop(self) -> None:
+        self.stopped.set()
+
+    def shutdown(self) -> bool:
+        """Stop taking work, let binds in flight finish within the timeout, release the lease.
+
+        Returns True when every in-flight bind finished in time.
+        """
+        self.queue.shutdown()
+        self.group_queue.shutdown()
+        timeout = self.settings.shutdown_timeout_s
+        deadline = threading.Event()
+        timer = threading.Timer(timeout, deadline.set)
+        timer.start()
+        for thread in self.workers:
+            while thread.is_alive() and not deadline.is_set():
+                thread.join(0.1)
+        timer.cancel()
+        finished = not any(thread.is_alive() for thread in self.workers)
+        if not finished:
+            log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
+        self.record_event.flush(min(5.0, timeout))
+        if self.elector is not None:
+            self.elector.stop(release=not self.lost_lease)
+        self.caches.stop()
+        for endpoint in self.endpoints:
+            endpoint.stop()
+        return finished

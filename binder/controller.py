@@ -1,0 +1,169 @@
+"""The BindRequest controller: reconcile one key, then write status, the PodBound condition and an Event.
+
+Decisions come from binder/status.py; this module reads the objects, runs the pipeline and writes the
+results. Reconcile never sleeps or loops: it returns whether the key should come back with backoff, and
+the worker loop (binder/runner.py) does the re-queueing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from binder import status as st
+from binder.kube.cache import Caches
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
+from binder.metrics import BinderMetrics
+from binder.pipeline import BindFailure, Pipeline
+
+log = logging.getLogger("binder.controller")
+
+
+@dataclass(frozen=True)
+class Result:
+    retry: bool = False
+
+
+class Attempt:
+    """What one reconcile found and did: filled in step by step, then reported."""
+
+    def __init__(self, bind_request: dict[str, Any]) -> None:
+        self.bind_request = bind_request
+        self.pod: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.step = ""
+
+
+class BindRequestController:
+    def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
+                 record_event: Any) -> None:
+        self.client = client
+        self.caches = caches
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.record_event = record_event
+        self._first_seen: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ reconcile
+    def reconcile(self, key: str) -> Result:
+        namespace, _, name = key.partition("/")
+        fields = {"namespace": namespace, "bindrequest": name}
+        bind_request = self.caches.bindrequests.get(namespace, name)
+        if bind_request is None:
+            log.debug("BindRequest not found, probably deleted", extra=fields)
+            self._first_seen.pop(key, None)
+            return Result()
+        if not st.needs_binding(bind_request):
+            self._first_seen.pop(key, None)
+            return Result()
+        self._first_seen.setdefault(key, time.monotonic())
+        spec = st.spec(bind_request)
+        fields.update(pod=spec.get("podName"), node=spec.get("selectedNode"))
+        log.info("Reconciling BindRequest", extra=fields)
+
+        attempt = Attempt(bind_request)
+        try:
+            self._attempt(attempt, fields)
+        except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
+            log.exception("internal error while binding", extra=fields)
+            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
+        return self._report(key, attempt, fields)
+
+    def _attempt(self, attempt: Attempt, fields: dict[str, Any]) -> None:
+        bind_request = attempt.bind_request
+        invalid = st.validate(bind_request)
+        if invalid:
+            attempt.error, attempt.step = invalid, "invalid"
+            return
+        spec = st.spec(bind_request)
+        namespace = bind_request["metadata"]["namespace"]
+        node_name = spec["selectedNode"]
+        attempt.pod = self._read(self.caches.pods.get(namespace, spec["podName"]),
+                                 pod_path(namespace, spec["podName"]))
+        if attempt.pod is None:
+            attempt.error, attempt.step = f'pods "{spec["podName"]}" not found', "pod_not_found"
+            return
+        if (attempt.pod.get("spec") or {}).get("nodeName"):
+            attempt.error = st.already_bound_error(attempt.pod, node_name)
+            attempt.step = "bound_elsewhere" if attempt.error else "already_bound"
+            if not attempt.error:
+                log.info("Pod is already bound to node", extra=fields)
+            return
+        node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
+        if node is None:
+            attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
+            return
+        ctx = self.pipeline.context(attempt.pod, node, bind_request)
+        try:
+            self.pipeline.bind(ctx)
+            attempt.step = "bound"
+        except BindFailure as failure:
+            attempt.error, attempt.step = str(failure), failure.step
+            log.warning("bind failed: %s", failure, extra=fields)
+            self.pipeline.rollback(ctx)
+
+    def _read(self, cached: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+        """The cached object, or on a cache miss the API server's answer (None when it does not exist).
+
+        A BindRequest can arrive before the watch has delivered its pod; a miss is never final.
+        """
+        if cached is not None:
+            return cached
+        try:
+            return self.client.get(path)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    # ------------------------------------------------------------------ report
+    def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:
+        bind_request = attempt.bind_request
+        if attempt.error is None:
+            decision = st.decide_success(bind_request)
+            seen = self._first_seen.pop(key, None)
+            if seen is not None and attempt.step == "bound":
+                self.metrics.bind_latency.observe(time.monotonic() - seen)
+            self.metrics.bind_attempts.labels(outcome="success", reason=attempt.step).inc()
+        else:
+            decision = st.decide_failure(bind_request, attempt.error)
+            self.metrics.bind_attempts.labels(outcome="failure", reason=attempt.step).inc()
+            if not decision.retry:
+                self._first_seen.pop(key, None)
+        self._write_status(bind_request, decision, fields)
+        pod_report = st.report(bind_request, attempt.error)
+        if attempt.pod is not None:
+            self._write_condition(attempt.pod, pod_report, fields)
+            self.record_event(attempt.pod, pod_report.event_type, pod_report.reason, pod_report.message)
+        else:
+            # No pod to tell: the Warning goes on the BindRequest itself.
+            self.record_event(bind_request, pod_report.event_type, pod_report.reason, pod_report.message)
+        if decision.retry:
+            self.metrics.retries.inc()
+        return Result(retry=decision.retry)
+
+    def _write_status(self, bind_request: dict[str, Any], decision: st.StatusDecision,
+                      fields: dict[str, Any]) -> None:
+        body = decision.patch(st.status(bind_request))
+        if body is None:
+            return
+        meta = bind_request["metadata"]
+        try:
+            updated = self.client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
+        except ApiError as error:
+            log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
+            return
+        self.caches.bindrequests.store_local(updated)
+
+    def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any]) -> None:
+        condition = pod_report.condition((pod.get("status") or {}).get("conditions"), st.now_rfc3339())
+        if condition is None:
+            return
+        meta = pod["metadata"]
+        try:
+            self.client.patch(pod_path(meta["namespace"], meta["name"], "status"),
+                              {"status": {"conditions": [condition]}}, patch_type="strategic")
+        except ApiError as error:
+            log.warning("could not set the PodBound condition: %s", error, extra=fields)

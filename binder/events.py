@@ -1,0 +1,105 @@
+"""Kubernetes Events (core/v1), sent by a small background sender so a bind never waits on them.
+
+Events go through the same client, and so the same token bucket, as every other call. The send queue is
+bounded; when it is full an event is dropped, logged and counted rather than blocking a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from typing import Any
+
+from binder.kube.client import ApiError, KubeClient, events_path
+
+log = logging.getLogger("binder.events")
+COMPONENT = "binder"
+MAX_MESSAGE = 1024
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str,
+                instance: str = "") -> dict[str, Any]:
+    """The Event object about `obj` (any namespaced object dict with apiVersion/kind/metadata)."""
+    meta = obj.get("metadata") or {}
+    involved = {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+    }
+    for key in ("uid", "resourceVersion"):
+        if meta.get(key):
+            involved[key] = meta[key]
+    now = _now()
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": event_type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    """`recorder(obj, type, reason, message)`; never raises, never blocks the caller."""
+
+    def __init__(self, client: KubeClient, instance: str = "", senders: int = 2, max_queued: int = 10000,
+                 on_drop: Any = None) -> None:
+        self.client = client
+        self.instance = instance
+        self._queue: queue.Queue[dict | None] = queue.Queue(max_queued)
+        self._on_drop = on_drop
+        self._threads = [threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True)
+                         for i in range(senders)]
+        for thread in self._threads:
+            thread.start()
+
+    def __call__(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        event = build_event(obj, event_type, reason, message, self.instance)
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            log.warning("event queue full; dropping %s event %s: %s", event_type, reason, message,
+                        extra={"namespace": event["metadata"]["namespace"],
+                               "pod": event["involvedObject"]["name"]})
+            if self._on_drop:
+                self._on_drop()
+
+    def _send_loop(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                if event is None:
+                    return
+                self.client.create(events_path(event["metadata"]["namespace"]), event)
+            except ApiError as error:
+                log.warning("could not record event %s: %s", event["reason"] if event else "", error,
+                            extra={"namespace": event["metadata"]["namespace"] if event else None})
+            except Exception:  # noqa: BLE001 - the sender must survive anything
+                log.exception("could not record event")
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for queued events to be sent; True if all were."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._queue.unfinished_tasks

@@ -1,0 +1,184 @@
+"""bind(): sync reservations on the node → reserve one GPU per group → PreBind → bind → PostBind; rollback().
+
+Reference section 5, with DECISIONS 2.3: when the `pods/binding` call errors, the pod is re-read from the
+API server and a bind that went through counts as a success; rollback re-reads the pod too and never
+undoes anything for a pod that is bound.
+
+The bind annotations (`received-resource-type`, `kai.scheduler/numa-placement-predicted`) travel in the
+Binding object itself: the API server copies a Binding's annotations onto the pod in the same write that
+sets `spec.nodeName`, so they can never be present on an unbound pod or missing on a bound one, and the
+bind costs one API call less than the reference's separate merge patch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from binder import status as st
+from binder.kube.client import ApiError, KubeClient, pod_path
+from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
+from common import names
+
+log = logging.getLogger("binder.pipeline")
+
+
+class BindFailure(Exception):
+    """One bind attempt failed at `step`; the message (reference wording) becomes status.reason."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def bind_annotations(bind_request: dict[str, Any]) -> dict[str, str]:
+    """Reference 5.1 step 5: always the received type (even ""), the NUMA prediction when present."""
+    spec = st.spec(bind_request)
+    annotations = {names.RECEIVED_RESOURCE_TYPE: spec.get("receivedResourceType") or ""}
+    zones = spec.get("predictedNUMAZones")
+    if zones:
+        annotations[names.NUMA_PLACEMENT_PREDICTED] = json.dumps(
+            [{"zone": z.get("zone"), "amount": z.get("amount")} for z in zones], separators=(",", ":"))
+    return annotations
+
+
+def binding_body(pod: dict[str, Any], node_name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+                     "annotations": annotations},
+        "target": {"kind": "Node", "name": node_name},
+    }
+
+
+class Pipeline:
+    def __init__(self, client: KubeClient, reservation: Any, plugins: Sequence[BinderPlugin],
+                 record_event: EventRecorder | None = None,
+                 observe_reservation: Callable[[float], None] | None = None) -> None:
+        self.client = client
+        self.reservation = reservation
+        self.plugins = list(plugins)
+        self.record_event = record_event
+        self.observe_reservation = observe_reservation
+
+    def context(self, pod: dict[str, Any], node: dict[str, Any], bind_request: dict[str, Any]) -> BindContext:
+        # The pod is a private copy: reservation labelling updates it in memory, and the cache's copy
+        # must only ever change from the watch.
+        return BindContext(pod=copy.deepcopy(pod), node=node, bind_request=bind_request, client=self.client,
+                           state={GPU_IDS: []}, record_event=self.record_event)
+
+    # ------------------------------------------------------------------ bind
+    def bind(self, ctx: BindContext) -> None:
+        """Run one attempt; raise BindFailure naming the step that failed."""
+        ns, name = ctx.namespace, ctx.pod_name
+        node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
+        fields = ctx.log_fields()
+        try:
+            self.reservation.sync_for_node(node_name)
+        except Exception as error:  # noqa: BLE001 - every failure becomes a readable status.reason
+            raise BindFailure("sync", f"failed to sync reservation for pod <{ns}/{name}> on node "
+                                      f"<{node_name}>: {error}") from error
+
+        if st.is_fraction(ctx.bind_request):
+            groups = st.spec(ctx.bind_request).get("selectedGPUGroups") or []
+            if not groups:
+                raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
+            gpu_ids: list[str] = []
+            for group in groups:
+                started = time.monotonic()
+                try:
+                    gpu_ids.append(self.reservation.reserve_gpu_device(ctx.pod, node_name, group))
+                except Exception as error:  # noqa: BLE001
+                    raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
+                                                     f"group <{group}>: {error}") from error
+                finally:
+                    if self.observe_reservation:
+                        self.observe_reservation(time.monotonic() - started)
+            ctx.state[GPU_IDS] = gpu_ids
+
+        for plugin in self.plugins:
+            try:
+                plugin.prebind(ctx)
+            except Exception as error:  # noqa: BLE001
+                raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
+
+        self._bind_pod(ctx, node_name)
+        log.info("pod bound", extra=fields)
+
+        for plugin in self.plugins:
+            try:
+                plugin.postbind(ctx)
+            except Exception:  # noqa: BLE001 - PostBind cannot fail a bind that went through
+                log.exception("plugin %s failed in PostBind", plugin.name, extra=fields)
+
+    def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
+        ns, name = ctx.namespace, ctx.pod_name
+        body = binding_body(ctx.pod, node_name, bind_annotations(ctx.bind_request))
+        try:
+            self.client.create(pod_path(ns, name, "binding"), body)
+            return
+        except ApiError as error:
+            failure = BindFailure("binding", f"failed to bind pod <{ns}/{name}> to node <{node_name}>: {error}")
+            cause = error
+        # DECISIONS 2.3: the call may have gone through although its answer was lost or was an error.
+        try:
+            current = self.client.get(pod_path(ns, name))
+        except ApiError as error:
+            log.warning("binding failed and the pod could not be re-read: %s", error, extra=ctx.log_fields())
+            raise failure from cause
+        same_pod = (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid")
+        if same_pod and (current.get("spec") or {}).get("nodeName") == node_name:
+            log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",
+                        cause, extra=ctx.log_fields())
+            return
+        raise failure from cause
+
+    # ------------------------------------------------------------------ rollback
+    def rollback(self, ctx: BindContext) -> list[str]:
+        """Undo a failed attempt; return the errors (already logged). Never touches a bound pod."""
+        ns, name = ctx.namespace, ctx.pod_name
+        node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
+        fields = ctx.log_fields()
+        try:
+            current: dict[str, Any] | None = self.client.get(pod_path(ns, name))
+        except ApiError as error:
+            if not error.not_found:
+                message = f"failed to re-read pod <{ns}/{name}> before rollback, not rolling back: {error}"
+                log.error(message, extra=fields)
+                return [message]
+            current = None
+        if current is not None and (current.get("spec") or {}).get("nodeName"):
+            log.warning("pod is bound to node %s; nothing of it is rolled back",
+                        current["spec"]["nodeName"], extra=fields)
+            return []
+        if current is not None:
+            ctx.pod = current  # label removal must see the labels the server has, not our copy's
+
+        errors: list[str] = []
+        for plugin in self.plugins:
+            try:
+                plugin.rollback(ctx)
+            except Exception as error:  # noqa: BLE001
+                errors.append(f"plugin {plugin.name} failed in Rollback: {error}")
+        if errors:
+            errors = [f"failed to rollback plugins for pod <{ns}/{name}>: " + "\n".join(errors)]
+        if st.is_fraction(ctx.bind_request):
+            if current is not None:
+                try:
+                    self.reservation.remove_pod_gpu_groups_connection(ctx.pod)
+                except Exception as error:  # noqa: BLE001
+                    errors.append(f"failed to remove GPU group label from pod <{ns}/{name}> during rollback: "
+                                  f"{error}")
+            try:
+                self.reservation.sync_for_node(node_name)
+            except Exception as error:  # noqa: BLE001
+                errors.append(f"failed to sync reservation pods for node <{node_name}> during rollback: {error}")
+        for message in errors:
+            log.error(message, extra=fields)
+        return errors

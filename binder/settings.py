@@ -1,0 +1,148 @@
+"""Command-line flags of the binder (reference 3.1): the same names and defaults, plus a few of our own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from binder.reservation.settings import (
+    DEFAULT_ALLOCATION_TIMEOUT_S,
+    DEFAULT_APP_LABEL,
+    DEFAULT_POD_IMAGE,
+    DEFAULT_SERVICE_ACCOUNT,
+    ReservationSettings,
+)
+from common import names
+from common.flags import add_bool_flag, parse_bind_address
+
+LEADER_ELECTION_ID = "2ad35f9c.kai.scheduler"
+
+
+@dataclass(frozen=True)
+class Settings:
+    scheduler_name: str = names.DEFAULT_SCHEDULER_NAME
+    reservation: ReservationSettings = field(default_factory=ReservationSettings)
+    qps: float = 50.0
+    burst: int = 300
+    max_concurrent_reconciles: int = 10
+    rate_limiter_base_delay_s: float = 1.0
+    rate_limiter_max_delay_s: float = 60.0
+    leader_elect: bool = False
+    leader_election_id: str = LEADER_ELECTION_ID
+    leader_election_namespace: str = ""
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
+    health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
+    plugins_json: str | None = None
+    kubeconfig: str | None = None
+    shutdown_timeout_s: float = 30.0
+    identity: str = ""
+    log_format: str = "json"
+    log_level: str = "info"
+
+
+def _json_flag(text: str) -> Any:
+    """Reference JSON flags: "" means unset; anything else must decode."""
+    if text == "":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"invalid JSON: {error}") from None
+
+
+def _json_object_flag(text: str) -> Any:
+    value = _json_flag(text)
+    if value is not None and not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fracgpu-binder", description="BindRequest binder (KAI-compatible)")
+    p.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME)
+    p.add_argument("--resource-reservation-namespace", default=names.DEFAULT_RESERVATION_NAMESPACE)
+    p.add_argument("--resource-reservation-service-account", default=DEFAULT_SERVICE_ACCOUNT)
+    p.add_argument("--resource-reservation-pod-image", default=DEFAULT_POD_IMAGE)
+    p.add_argument("--resource-reservation-app-label", default=DEFAULT_APP_LABEL)
+    p.add_argument("--resource-reservation-allocation-timeout", type=int, default=DEFAULT_ALLOCATION_TIMEOUT_S,
+                   help="seconds to wait for a reservation pod's GPU id")
+    p.add_argument("--resource-reservation-pod-resources", type=_json_object_flag, default=None)
+    p.add_argument("--resource-reservation-pod-security-context", type=_json_object_flag, default=None)
+    p.add_argument("--resource-reservation-container-security-context", type=_json_object_flag, default=None)
+    p.add_argument("--scale-adjust-namespace", default=names.DEFAULT_SCALE_ADJUST_NAMESPACE)
+    p.add_argument("--qps", type=float, default=50.0)
+    p.add_argument("--burst", type=int, default=300)
+    p.add_argument("--max-concurrent-reconciles", type=int, default=10)
+    p.add_argument("--rate-limiter-base-delay", type=float, default=1, help="seconds")
+    p.add_argument("--rate-limiter-max-delay", type=float, default=60, help="seconds")
+    add_bool_flag(p, "--leader-elect", False, "hold a coordination.k8s.io Lease before binding")
+    p.add_argument("--metrics-bind-address", default=":8080")
+    p.add_argument("--health-probe-bind-address", default=":8081")
+    add_bool_flag(p, "--fake-gpu-nodes", False, "reservation pods run `ubuntu sleep infinity`")
+    p.add_argument("--plugins", type=str, default=None, help="JSON: plugin name -> {enabled, priority, arguments}")
+    p.add_argument("--runtime-class-name", default="")
+    # Ours.
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
+    p.add_argument("--leader-election-namespace", default="",
+                   help="namespace of the Lease (default: this pod's namespace, else kai-scheduler)")
+    p.add_argument("--leader-election-lease-duration", type=float, default=15.0)
+    p.add_argument("--leader-election-renew-deadline", type=float, default=10.0)
+    p.add_argument("--leader-election-retry-period", type=float, default=2.0)
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds binds in flight may take to finish after SIGTERM")
+    p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
+    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    # Accepted so the reference's deployments start us unchanged.
+    for flag in ("--feature-gates", "--zap-encoder", "--zap-log-level", "--zap-stacktrace-level",
+                 "--zap-time-encoding"):
+        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
+    add_bool_flag(p, "--zap-devel", False, argparse.SUPPRESS)
+    return p
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    args = _parser().parse_args(argv)
+    reservation = ReservationSettings(
+        namespace=args.resource_reservation_namespace,
+        service_account=args.resource_reservation_service_account,
+        pod_image=args.resource_reservation_pod_image,
+        app_label=args.resource_reservation_app_label,
+        allocation_timeout_s=args.resource_reservation_allocation_timeout,
+        pod_resources=args.resource_reservation_pod_resources,
+        pod_security_context=args.resource_reservation_pod_security_context,
+        container_security_context=args.resource_reservation_container_security_context,
+        scale_adjust_namespace=args.scale_adjust_namespace,
+        runtime_class_name=args.runtime_class_name,
+        fake_gpu_nodes=args.fake_gpu_nodes,
+    )
+    return Settings(
+        scheduler_name=args.scheduler_name,
+        reservation=reservation,
+        qps=args.qps,
+        burst=args.burst,
+        max_concurrent_reconciles=max(1, args.max_concurrent_reconciles),
+        rate_limiter_base_delay_s=max(0, args.rate_limiter_base_delay),
+        rate_limiter_max_delay_s=max(0, args.rate_limiter_max_delay),
+        leader_elect=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        leader_election_namespace=args.leader_election_namespace,
+        lease_duration_s=args.leader_election_lease_duration,
+        renew_deadline_s=args.leader_election_renew_deadline,
+        retry_period_s=args.leader_election_retry_period,
+        metrics_address=parse_bind_address(args.metrics_bind_address),
+        health_address=parse_bind_address(args.health_probe_bind_address),
+        plugins_json=args.plugins or None,
+        kubeconfig=args.kubeconfig,
+        shutdown_timeout_s=args.shutdown_timeout,
+        identity=args.identity,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )

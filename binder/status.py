@@ -1,0 +1,176 @@
+"""Pure decisions of the BindRequest controller: what to do with a BindRequest and what to write back.
+
+Nothing here calls the API server, so every rule is unit-tested without a cluster. The rules are the
+reference's (section 4) with DECISIONS section 2 in place of its quirks:
+
+* every failed attempt is persisted: `failedAttempts += 1`, `phase = Failed`, `reason = <error>`;
+* a failed BindRequest is retried with backoff while `failedAttempts < backoffLimit` (unset counts as 1,
+  as the scheduler reads it), then left `Failed`;
+* success sets `phase = Succeeded` and clears `reason`;
+* the pod condition and event say exactly what happened.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from common import names
+
+
+def spec(bind_request: dict[str, Any]) -> dict[str, Any]:
+    return bind_request.get("spec") or {}
+
+
+def status(bind_request: dict[str, Any]) -> dict[str, Any]:
+    return bind_request.get("status") or {}
+
+
+def backoff_limit(bind_request: dict[str, Any]) -> int:
+    """`spec.backoffLimit`, with unset (or unusable) counting as 1, the way the scheduler reads it."""
+    value = spec(bind_request).get("backoffLimit")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 1
+    return value
+
+
+def failed_attempts(bind_request: dict[str, Any]) -> int:
+    value = status(bind_request).get("failedAttempts")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def is_fraction(bind_request: dict[str, Any]) -> bool:
+    return spec(bind_request).get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
+
+
+def needs_binding(bind_request: dict[str, Any]) -> bool:
+    """False for deleted, succeeded, and failed-with-no-attempts-left BindRequests."""
+    if (bind_request.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    phase = status(bind_request).get("phase", "")
+    if phase == names.PHASE_SUCCEEDED:
+        return False
+    if phase == names.PHASE_FAILED and failed_attempts(bind_request) >= backoff_limit(bind_request):
+        return False
+    return True
+
+
+def should_enqueue_update(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """An update needs a reconcile when its spec changed (generation) or someone reset its status.
+
+    The binder's own status patches change neither, so they do not trigger an immediate retry that would
+    bypass the backoff.
+    """
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if old_meta.get("generation") != new_meta.get("generation"):
+        return True
+    if new_meta.get("deletionTimestamp"):
+        return False
+    old_status, new_status = status(old), status(new)
+    if new_status.get("phase", "") in ("", names.PHASE_PENDING) and old_status.get("phase", "") not in (
+            "", names.PHASE_PENDING):
+        return True
+    return failed_attempts(new) < failed_attempts(old)
+
+
+def validate(bind_request: dict[str, Any]) -> str | None:
+    """What makes this BindRequest impossible to bind as written, or None."""
+    s = spec(bind_request)
+    if not isinstance(s.get("podName"), str) or not s.get("podName"):
+        return "invalid binding request: spec.podName is empty"
+    if not isinstance(s.get("selectedNode"), str) or not s.get("selectedNode"):
+        return "invalid binding request: spec.selectedNode is empty"
+    if not is_fraction(bind_request):
+        return None
+    groups = s.get("selectedGPUGroups")
+    if not groups:
+        return "no SelectedGPUGroups for fractional pod: invalid binding request"
+    if not all(isinstance(g, str) and g for g in groups):
+        return f"invalid binding request: spec.selectedGPUGroups {groups!r} must be non-empty strings"
+    received = s.get("receivedGPU")
+    if not isinstance(received, dict):
+        return "invalid binding request: Fraction BindRequest without spec.receivedGPU"
+    portion = received.get("portion")
+    try:
+        value = float(portion) if isinstance(portion, str) else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        return f"invalid binding request: spec.receivedGPU.portion {portion!r} is not a non-negative number"
+    return None
+
+
+@dataclass(frozen=True)
+class StatusDecision:
+    phase: str
+    reason: str | None  # None clears it
+    failed_attempts: int
+    retry: bool  # re-queue with the per-item backoff
+
+    def patch(self, current: dict[str, Any]) -> dict[str, Any] | None:
+        """The JSON merge patch of the status subresource that writes this decision, or None."""
+        body: dict[str, Any] = {}
+        if current.get("phase", "") != self.phase:
+            body["phase"] = self.phase
+        if current.get("reason") != self.reason and (self.reason is not None or "reason" in current):
+            body["reason"] = self.reason
+        if (current.get("failedAttempts") or 0) != self.failed_attempts:
+            body["failedAttempts"] = self.failed_attempts
+        return {"status": body} if body else None
+
+
+def decide_success(bind_request: dict[str, Any]) -> StatusDecision:
+    return StatusDecision(names.PHASE_SUCCEEDED, None, failed_attempts(bind_request), retry=False)
+
+
+def decide_failure(bind_request: dict[str, Any], error: str) -> StatusDecision:
+    attempts = failed_attempts(bind_request) + 1
+    return StatusDecision(names.PHASE_FAILED, error, attempts, retry=attempts < backoff_limit(bind_request))
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """The PodBound condition and the Event that tell the pod's owner how the attempt went."""
+
+    condition_status: str
+    reason: str
+    event_type: str
+    message: str
+
+    def condition(self, existing: list[dict[str, Any]] | None, now: str) -> dict[str, Any] | None:
+        """The condition to patch, or None when the pod already carries exactly this one."""
+        previous = next((c for c in existing or [] if c.get("type") == names.POD_BOUND_CONDITION), None)
+        if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (
+                self.condition_status, self.reason, self.message):
+            return None
+        transition = now
+        if previous and previous.get("status") == self.condition_status and previous.get("lastTransitionTime"):
+            transition = previous["lastTransitionTime"]
+        return {"type": names.POD_BOUND_CONDITION, "status": self.condition_status, "lastProbeTime": None,
+                "lastTransitionTime": transition, "reason": self.reason, "message": self.message}
+
+
+def report(bind_request: dict[str, Any], error: str | None) -> PodReport:
+    s = spec(bind_request)
+    namespace = (bind_request.get("metadata") or {}).get("namespace", "")
+    node = s.get("selectedNode", "")
+    if error is None:
+        return PodReport("True", names.REASON_BOUND, "Normal", f"Pod bound successfully to node {node}")
+    return PodReport("False", names.REASON_BINDING_ERROR, "Warning",
+                     f"Failed to bind pod {namespace}/{s.get('podName', '')} to node {node}: {error}")
+
+
+def already_bound_error(pod: dict[str, Any], selected_node: str) -> str | None:
+    """None when the pod is unbound or bound to the selected node; otherwise why that is a failure."""
+    bound_to = (pod.get("spec") or {}).get("nodeName") or ""
+    if not bound_to or bound_to == selected_node:
+        return None
+    meta = pod.get("metadata") or {}
+    return (f"pod {meta.get('namespace', '')}/{meta.get('name', '')} is already bound to node {bound_to}, "
+            f"not to the selected node {selected_node}")
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
