@@ -1,42 +1,267 @@
 """Reservation service (reference section 6): one reservation pod per GPU group, its GPU id, and GC.
 
-STUB: the interface is final; the bodies land in the following commits.
+Reads that only find candidates may come from the informer caches; every read that decides a deletion is
+repeated on the API server first (DECISIONS §2.4). Multi-device fraction pods count in every sync
+(DECISIONS §2.6). All work on one group runs under that group's lock, held across
+find → create → wait → label in reserve_gpu_device.
+
+Deliberate differences from the reference, besides the DECISIONS ones: a reservation pod that has not
+written its GPU id yet is waited on rather than reported as an error; a reservation pod deleted while we
+wait fails the wait at once; a reservation pod of the group found on another node is an error rather than
+a silently wrong GPU; the group label patch carries the pod's uid, so it never lands on a re-created pod.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from typing import TYPE_CHECKING, Any
 
+from binder.kube.client import ApiError, pod_path
+from binder.reservation import gc
+from binder.reservation.groups import (
+    MultiFractionError,
+    gpu_groups_of,
+    group_label_for,
+    group_label_keys,
+    remove_labels_patch,
+)
+from binder.reservation.locks import GroupLocks
+from binder.reservation.lookups import ApiReads, ReservationReads
+from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
+from common import names
 
 if TYPE_CHECKING:
     from binder.kube.client import KubeClient
 
+log = logging.getLogger("binder.reservation")
+Obj = dict[str, Any]
+
 
 class ReservationError(Exception):
-    """A reservation step failed; the message names the pod/group and the step."""
+    """A reservation step failed; the message names the pod or group and the step."""
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def _ref(obj: Obj) -> str:
+    return f"{_meta(obj).get('namespace', '')}/{_meta(obj).get('name', '')}"
+
+
+def gpu_id_of(reservation_pod: Obj) -> str:
+    """The reservation pod's GPU id; "" while it has not written one."""
+    return (_meta(reservation_pod).get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) or ""
 
 
 class ReservationService:
-    def __init__(self, client: KubeClient, settings: ReservationSettings, lookups: Any | None = None) -> None:
-        """`lookups`: cache-backed reads (see binder/reservation/lookups.py); None reads the API server."""
+    def __init__(self, client: KubeClient, settings: ReservationSettings,
+                 reads: ReservationReads | None = None) -> None:
+        """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server."""
         self.client = client
         self.settings = settings
-        self.lookups = lookups
+        self.api = ApiReads(client)
+        self.reads: ReservationReads = reads or self.api
+        self.locks = GroupLocks()
 
+    # ------------------------------------------------------------------ garbage collection
     def sync_all(self) -> None:
-        """Start-up GC over every GPU group in the cluster. Leader only; logs and never raises."""
+        """Start-up GC over every GPU group in the cluster (leader only). Logs failures, never raises."""
+        try:
+            groups = sorted({group for pod in self.reads.grouped_pods() for group in gpu_groups_of(pod)})
+        except Exception:  # noqa: BLE001 - a start-up GC failure must not take the binder down
+            log.exception("start-up reservation sync could not list pods")
+            return
+        for group in groups:
+            try:
+                self.sync_for_gpu_group(group)
+            except Exception:  # noqa: BLE001
+                log.exception("start-up reservation sync failed for gpu group %s", group)
+        log.info("start-up reservation sync done", extra={"fields": {"groups": len(groups)}})
 
     def sync_for_node(self, node_name: str) -> None:
-        """GC of the groups of reservation and fraction pods on `node_name`; raises on failure."""
+        """GC of every group of the grouped pods on the node; tries all groups, raises the first error."""
+        groups = sorted({group for pod in self.reads.grouped_pods_on_node(node_name) for group in gpu_groups_of(pod)})
+        first_error: Exception | None = None
+        for group in groups:
+            try:
+                self.sync_for_gpu_group(group)
+            except Exception as error:  # noqa: BLE001
+                log.warning("reservation sync failed for gpu group %s: %s", group, error, extra={"node": node_name})
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
 
     def sync_for_gpu_group(self, group: str) -> None:
-        """GC of one GPU group (reference 6.6); raises on failure."""
+        """GC of one GPU group (reference 6.6): reservation pod without users, or users without it."""
+        with self.locks.hold(group):
+            self._sync_group_locked(group)
 
-    def reserve_gpu_device(self, pod: dict[str, Any], node_name: str, group: str) -> str:
-        """The GPU id reserved for `group` on `node_name`, creating and waiting for the reservation pod,
-        then labelling `pod` with the group (the in-memory pod is updated too). Raises on failure."""
-        raise NotImplementedError
+    def _sync_group_locked(self, group: str) -> None:
+        ns = self.settings.namespace
+        state = gc.group_state(gc.classify_group_pods(self.reads.pods_of_group(group), ns))
+        if state is gc.GroupState.BALANCED:
+            return
+        if state is gc.GroupState.UNUSED_RESERVATION and gc.has_active_bind_request(
+                self.reads.bind_requests_of_group(group), group):
+            log.info("Skipping reservation pod deletion, active BindRequests exist", extra={"fields": {"group": group}})
+            return
+        # The cache suggests deleting something: decide again from the API server.
+        group_pods = gc.classify_group_pods(self.api.pods_of_group(group), ns)
+        state = gc.group_state(group_pods)
+        if state is gc.GroupState.ORPHAN_FRACTION_PODS:
+            for pod in group_pods.running:
+                log.warning("Warning: Found pod without reservation, deleting",
+                            extra={"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"),
+                                   "fields": {"group": group}})
+                self._delete_pod(pod, grace_zero=False)
+        elif state is gc.GroupState.UNUSED_RESERVATION:
+            try:
+                bind_requests = self.api.bind_requests_of_group(group)
+            except ApiError as error:
+                raise ReservationError(f"failed to list BindRequests: {error}") from error
+            if gc.has_active_bind_request(bind_requests, group):
+                log.info("Skipping reservation pod deletion, active BindRequests exist",
+                         extra={"fields": {"group": group}})
+                return
+            reservation = group_pods.reservation or {}
+            log.info("deleting unused reservation pod %s", _ref(reservation), extra={"fields": {"group": group}})
+            try:
+                self._delete_pod(reservation, grace_zero=True)
+            except ApiError as error:
+                raise ReservationError(f"failed to delete reservation pod: {error}") from error
 
-    def remove_pod_gpu_groups_connection(self, pod: dict[str, Any]) -> None:
-        """Remove the runai-gpu-group labels from `pod` (reference 6.9); raises on failure."""
+    def _delete_pod(self, pod: Obj, *, grace_zero: bool) -> None:
+        """Delete exactly this pod (uid precondition); already gone or replaced is fine."""
+        meta = _meta(pod)
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
+        if grace_zero:
+            options["gracePeriodSeconds"] = 0
+        try:
+            self.client.delete(pod_path(meta.get("namespace", ""), meta.get("name", "")), body=options)
+        except ApiError as error:
+            if not (error.not_found or error.conflict):
+                raise
+
+    # ------------------------------------------------------------------ reservation
+    def reserve_gpu_device(self, pod: Obj, node_name: str, group: str) -> str:
+        """The GPU id of `group` on `node_name`: find or create the group's reservation pod, wait for its
+        id, then label `pod` with the group (the in-memory pod too). Raises ReservationError."""
+        with self.locks.hold(group):
+            gpu_id = self._gpu_id_locked(pod, node_name, group)
+            try:
+                self._label_pod(pod, group)
+            except Exception:
+                try:
+                    self._sync_group_locked(group)
+                except Exception as sync_error:  # noqa: BLE001
+                    log.warning("reservation sync after a failed group label: %s", sync_error,
+                                extra={"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name")})
+                raise
+            return gpu_id
+
+    def _gpu_id_locked(self, pod: Obj, node_name: str, group: str) -> str:
+        ns = self.settings.namespace
+        fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
+                  "fields": {"group": group}}
+        found = self.client.list_all(pod_path(ns), {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
+        existing = found.get("items") or []
+        if existing:
+            reservation = existing[0]
+            on_node = (reservation.get("spec") or {}).get("nodeName")
+            if on_node and on_node != node_name:
+                raise ReservationError(f"reservation pod {_ref(reservation)} of gpu group {group} is on node "
+                                       f"{on_node}, not {node_name}")
+            if gpu_id_of(reservation):
+                return gpu_id_of(reservation)
+            log.info("reservation pod has no GPU id yet, waiting", extra=fields)
+            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields)
+
+        if self._scaling_up():
+            raise ReservationError("cluster is scaling up, could not create reservation pod")
+        body = build_reservation_pod(self.settings, node_name, group, pod)
+        name = body["metadata"]["name"]
+        try:
+            self.client.create(pod_path(ns), body)
+            log.info("GPU reservation pod created", extra={**fields, "fields": {"group": group, "reservation": name}})
+        except ApiError as error:
+            if not error.already_exists:
+                raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
+            log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
+        return self._wait_for_gpu_id(name, fields)
+
+    def _scaling_up(self) -> bool:
+        try:
+            return gc.is_scaling_up(self.reads.pods_in_namespace(self.settings.scale_adjust_namespace))
+        except Exception as error:  # noqa: BLE001 - reference: a failed check means "not scaling up"
+            log.warning("could not check whether the cluster is scaling up: %s", error)
+            return False
+
+    def _wait_for_gpu_id(self, name: str, fields: Obj) -> str:
+        """Watch the reservation pod until it writes a non-empty GPU id, it disappears, or the allocation
+        timeout passes; on failure delete it (grace 0) so the next attempt starts clean."""
+        ns = self.settings.namespace
+        deadline = time.monotonic() + self.settings.allocation_timeout_s
+        why = "timed out"
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                params = {"fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(max(1, math.ceil(remaining)))}
+                for event in self.client.watch(pod_path(ns), params):
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ReservationError(f"watch error: {obj.get('message', obj)}")
+                    if kind == "DELETED":
+                        raise ReservationError("reservation pod was deleted")
+                    if kind in ("ADDED", "MODIFIED") and gpu_id_of(obj):
+                        return gpu_id_of(obj)
+                    if time.monotonic() >= deadline:
+                        break
+        except (ApiError, ReservationError) as error:
+            why = str(error)
+        log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
+        try:
+            self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                         "gracePeriodSeconds": 0})
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
+        raise ReservationError(f"failed waiting for GPU reservation pod to allocate: {ns}/{name}")
+
+    # ------------------------------------------------------------------ fraction pod labels
+    def _label_pod(self, pod: Obj, group: str) -> None:
+        meta = _meta(pod)
+        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            key, value = group_label_for(pod, group)
+        except MultiFractionError as error:
+            raise ReservationError(f"failed to determine if pod <{ref}> is a multi fractional pod while setting "
+                                   f"gpu group label. {error}") from error
+        patch: Obj = {"metadata": {"labels": {key: value}}}
+        if meta.get("uid"):
+            patch["metadata"]["uid"] = meta["uid"]  # lands only on this pod, never on a re-created one
+        try:
+            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+        except ApiError as error:
+            raise ReservationError(f"failed to patch pod <{ref}> with GPU group label: {error}") from error
+        pod.setdefault("metadata", {})
+        pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), key: value}
+
+    def remove_pod_gpu_groups_connection(self, pod: Obj) -> None:
+        """Remove every GPU-group label the (in-memory) pod has (reference 6.9); a pod that is gone is fine."""
+        keys = group_label_keys(pod)
+        if not keys:
+            return
+        meta = _meta(pod)
+        patch = remove_labels_patch(keys)
+        if meta.get("uid"):
+            patch["metadata"]["uid"] = meta["uid"]
+        try:
+            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+        except ApiError as error:
+            if not (error.not_found or error.conflict):
+                raise
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in keys}
+        pod.setdefault("metadata", {})["labels"] = labels

@@ -1,0 +1,85 @@
+"""GPU-group labels on pods and the reservation pod's name: pure functions, no API calls."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from common import names
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class MultiFractionError(Exception):
+    """gpu-fraction-num-devices is not an integer."""
+
+
+def labels_of(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def reservation_pod_name(node_name: str, group: str) -> str:
+    """`gpu-reservation-` + the first 8 bytes of sha256(node + "/" + group) in lowercase hex."""
+    digest = hashlib.sha256(f"{node_name}/{group}".encode()).hexdigest()[:16]
+    return f"{names.RESERVATION_POD_NAME_PREFIX}-{digest}"
+
+
+def multi_group_label(group: str) -> str:
+    return names.MULTI_GPU_GROUP_LABEL_PREFIX + group
+
+
+def is_group_label(key: str) -> bool:
+    return key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)
+
+
+def gpu_groups_of(pod: dict[str, Any]) -> list[str]:
+    """Every GPU group a pod belongs to: its `runai-gpu-group` value and every `runai-gpu-group/<g>` value.
+
+    Unlike the reference, multi-device pods (which carry only `runai-gpu-group/<g>` labels) count too
+    (DECISIONS §2.6), so their completion and deletion trigger GC like any other fraction pod's.
+    """
+    groups: list[str] = []
+    for key, value in sorted(labels_of(pod).items()):
+        if is_group_label(key) and value and value not in groups:
+            groups.append(value)
+    return groups
+
+
+def has_group_label(pod: dict[str, Any]) -> bool:
+    return any(is_group_label(key) for key in labels_of(pod))
+
+
+def fraction_device_count(pod: dict[str, Any]) -> int:
+    """Reference IsMultiFraction's count: gpu-fraction-num-devices as int64; 1 for a fraction pod without it;
+    0 for a pod that asks for no fraction. Raises MultiFractionError on a non-integer."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if names.GPU_FRACTION_NUM_DEVICES in annotations:
+        text = annotations[names.GPU_FRACTION_NUM_DEVICES]
+        if not _DECIMAL.fullmatch(text):
+            raise MultiFractionError(f'strconv.ParseInt: parsing "{text}": invalid syntax')
+        count = int(text)
+        if not _INT64_MIN <= count <= _INT64_MAX:
+            raise MultiFractionError(f'strconv.ParseInt: parsing "{text}": value out of range')
+        return count
+    if names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations:
+        return 1
+    return 0
+
+
+def group_label_for(pod: dict[str, Any], group: str) -> tuple[str, str]:
+    """The (key, value) that ties a fraction pod to `group`: multi-device pods get one label per group."""
+    if fraction_device_count(pod) > 1:
+        return multi_group_label(group), group
+    return names.GPU_GROUP_LABEL, group
+
+
+def group_label_keys(pod: dict[str, Any]) -> list[str]:
+    return sorted(key for key in labels_of(pod) if is_group_label(key))
+
+
+def remove_labels_patch(keys: list[str]) -> dict[str, Any]:
+    """A merge patch removing label keys; removing a key the server no longer has is not an error
+    (the reference's JSON Patch `remove` fails the whole patch then)."""
+    return {"metadata": {"labels": {key: None for key in keys}}}

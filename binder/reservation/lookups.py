@@ -1,0 +1,98 @@
+"""Reads the reservation service needs, from the informer caches or straight from the API server.
+
+`CacheReads` (cheap, maybe a moment stale) finds candidates; `ApiReads` confirms a decision before anything
+is deleted (DECISIONS §2.4) and serves everything when no caches run (tests, the start-up sync).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from binder.kube.client import bindrequest_path, pod_path
+from binder.reservation.groups import has_group_label, labels_of, multi_group_label
+from common import names
+
+if TYPE_CHECKING:
+    from binder.kube.cache import Caches
+    from binder.kube.client import KubeClient
+
+Obj = dict[str, Any]
+
+
+def belongs_to_group(pod: Obj, group: str) -> bool:
+    """`runai-gpu-group=<g>` or `runai-gpu-group/<g>=<g>`, the two label lists the reference concatenates."""
+    labels = labels_of(pod)
+    return labels.get(names.GPU_GROUP_LABEL) == group or labels.get(multi_group_label(group)) == group
+
+
+class ReservationReads(Protocol):
+    def pods_of_group(self, group: str) -> list[Obj]:
+        """Pods of every namespace labelled with the group (single- or multi-device label)."""
+
+    def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
+        """Pods bound to the node that carry any GPU-group label."""
+
+    def grouped_pods(self) -> list[Obj]:
+        """Every pod in the cluster that carries any GPU-group label."""
+
+    def pods_in_namespace(self, namespace: str) -> list[Obj]: ...
+
+    def bind_requests_of_group(self, group: str) -> list[Obj]:
+        """BindRequests of every namespace whose spec.selectedGPUGroups contains the group."""
+
+
+class ApiReads:
+    """Every read is a LIST on the API server."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    def _pods(self, params: dict[str, str], namespace: str | None = None) -> list[Obj]:
+        path = pod_path(namespace) if namespace else "/api/v1/pods"
+        return self.client.list_all(path, params).get("items") or []
+
+    def pods_of_group(self, group: str) -> list[Obj]:
+        single = self._pods({"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
+        multi = self._pods({"labelSelector": f"{multi_group_label(group)}={group}"})
+        return single + multi
+
+    def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
+        return [pod for pod in self._pods({"fieldSelector": f"spec.nodeName={node_name}"}) if has_group_label(pod)]
+
+    def grouped_pods(self) -> list[Obj]:
+        return [pod for pod in self._pods({}) if has_group_label(pod)]
+
+    def pods_in_namespace(self, namespace: str) -> list[Obj]:
+        return self._pods({}, namespace)
+
+    def bind_requests_of_group(self, group: str) -> list[Obj]:
+        items = self.client.list_all(bindrequest_path()).get("items") or []
+        return [br for br in items if group in ((br.get("spec") or {}).get("selectedGPUGroups") or [])]
+
+
+class CacheReads:
+    """Reads from part A's informers (binder/kube/cache.py), through their node / gpu-group indexes."""
+
+    def __init__(self, caches: Caches) -> None:
+        self.caches = caches
+
+    def pods_of_group(self, group: str) -> list[Obj]:
+        from binder.kube.cache import INDEX_GPU_GROUP
+
+        return [pod for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group) if belongs_to_group(pod, group)]
+
+    def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
+        from binder.kube.cache import INDEX_NODE
+
+        return [pod for pod in self.caches.pods.by_index(INDEX_NODE, node_name) if has_group_label(pod)]
+
+    def grouped_pods(self) -> list[Obj]:
+        return [pod for pod in self.caches.pods.list() if has_group_label(pod)]
+
+    def pods_in_namespace(self, namespace: str) -> list[Obj]:
+        return self.caches.pods.list(namespace)
+
+    def bind_requests_of_group(self, group: str) -> list[Obj]:
+        from binder.kube.cache import INDEX_GPU_GROUP
+
+        return self.caches.bindrequests.by_index(INDEX_GPU_GROUP, group)
