@@ -35,9 +35,8 @@ def test_reservation_pod_name_is_sixteen_hex_of_sha256_node_slash_group():
 
 
 def test_reservation_pod_name_pinned_value():
-    # sha256("n1/g1") = 1b5c0d1d... computed once and pinned so a change of the rule is noticed.
-    assert reservation_pod_name("n1", "g1") == "gpu-reservation-" + hashlib.sha256(b"n1/g1").hexdigest()[:16]
-    assert len(reservation_pod_name("n1", "g1")) == len("gpu-reservation-") + 16
+    # Pinned literal: a change to the naming rule breaks drop-in compatibility and must fail here.
+    assert reservation_pod_name("n1", "g1") == "gpu-reservation-bb8a26907a9bbf15"
 
 
 def test_reservation_pod_spec_with_defaults():
