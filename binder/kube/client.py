@@ -117,6 +117,15 @@ def _error_from_response(method: str, path: str, response: requests.Response) ->
     return ApiError(response.status_code, reason, message, body)
 
 
+def _token_of(configuration: Any) -> str | None:
+    """The bearer token a kubernetes.client Configuration carries (its key name differs by version)."""
+    for key in ("BearerToken", "authorization"):
+        token = configuration.get_api_key_with_prefix(key)
+        if token:
+            return token
+    return None
+
+
 class KubeClient:
     """Raw-path API client. Thread-safe; share one per process."""
 
@@ -162,11 +171,11 @@ class KubeClient:
             # In-cluster tokens are projected and rotate; re-read them through the loader's hook.
             def token_source() -> str | None:
                 configuration.refresh_api_key_hook(configuration)
-                return configuration.get_api_key_with_prefix("authorization")
+                return _token_of(configuration)
 
         return cls(
             configuration.host,
-            token=configuration.get_api_key_with_prefix("authorization"),
+            token=_token_of(configuration),
             ca_file=configuration.ssl_ca_cert,
             cert_file=configuration.cert_file,
             key_file=configuration.key_file,

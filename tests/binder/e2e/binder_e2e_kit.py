@@ -1,0 +1,154 @@
+"""Helpers for the end-to-end binder tests: object builders, waits, and the node player."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common import names
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+class NodePlayer:
+    """Plays the node for reservation pods: GPU UUID annotation (as the reservation program writes it)
+    and phase Running (as the kubelet would). `paused` makes it ignore new pods."""
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.paused = False
+        self.uuids: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def uuid_for(self, pod_name: str) -> str:
+        return self.uuids.setdefault(pod_name, f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, pod_name)}")
+
+    def _serve(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        if (meta.get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) or meta.get("deletionTimestamp"):
+            return
+        try:
+            self.client.patch(pod_path(self.namespace, meta["name"]),
+                              {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: self.uuid_for(meta["name"])}}})
+            self.client.patch(pod_path(self.namespace, meta["name"], "status"), {"status": {"phase": "Running"}})
+        except ApiError:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for pod in self.client.get(pod_path(self.namespace)).get("items") or []:
+                    if not self.paused:
+                        self._serve(pod)
+            except ApiError:
+                pass
+            self._stop.wait(0.05)
+
+
+# ---------------------------------------------------------------------- object builders
+def make_pod(kube: KubeClient, namespace: str, name: str, *, fraction: str | None = None,
+             num_devices: int | None = None, scheduler: str = names.DEFAULT_SCHEDULER_NAME,
+             hamicore: bool = False, extra_annotations: dict | None = None) -> dict:
+    """A pod as the admission webhook leaves it: for fraction pods, the ConfigMap annotation and env refs."""
+    annotations = dict(extra_annotations or {})
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if fraction is not None:
+        annotations[names.GPU_FRACTION] = fraction
+        if num_devices:
+            annotations[names.GPU_FRACTION_NUM_DEVICES] = str(num_devices)
+        prefix = f"{name}-bcd2345-shared-gpu"
+        annotations[names.SHARED_GPU_CONFIGMAP] = prefix
+        keys = [names.NVIDIA_VISIBLE_DEVICES, names.RUNAI_NUM_OF_GPUS, names.GPU_PORTION]
+        env = [{"name": k, "valueFrom": {"configMapKeyRef": {"name": f"{prefix}-0", "key": k}}} for k in keys]
+        if hamicore:
+            env.append({"name": names.CUDA_DEVICE_MEMORY_LIMIT, "valueFrom": {"configMapKeyRef": {
+                "name": f"{prefix}-0", "key": names.CUDA_DEVICE_MEMORY_LIMIT, "optional": True}}})
+        container["env"] = env
+        container["envFrom"] = [{"configMapRef": {"name": f"{prefix}-0-evar", "optional": False}}]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+           "spec": {"schedulerName": scheduler, "containers": [container]}}
+    return kube.create(pod_path(namespace), pod)
+
+
+def make_bind_request(kube: KubeClient, namespace: str, pod_name: str, node: str, *,
+                      name: str | None = None, fraction_groups: list[str] | None = None, portion: str = "0.50",
+                      backoff_limit: int | None = None, spec_extra: dict | None = None) -> dict:
+    spec: dict[str, Any] = {"podName": pod_name, "selectedNode": node,
+                            "receivedResourceType": names.RECEIVED_TYPE_REGULAR}
+    if fraction_groups is not None:
+        spec.update(receivedResourceType=names.RECEIVED_TYPE_FRACTION, selectedGPUGroups=fraction_groups,
+                    receivedGPU={"count": max(1, len(fraction_groups)), "portion": portion})
+    if backoff_limit is not None:
+        spec["backoffLimit"] = backoff_limit
+    spec.update(spec_extra or {})
+    body = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
+            "kind": names.BINDREQUEST_KIND,
+            "metadata": {"name": name or pod_name, "namespace": namespace,
+                         "labels": {"selected-node": node}},
+            "spec": spec}
+    return kube.create(bindrequest_path(namespace), body)
+
+
+def get_bind_request(kube: KubeClient, namespace: str, name: str) -> dict:
+    return kube.get(bindrequest_path(namespace, name))
+
+
+def wait_phase(kube: KubeClient, namespace: str, name: str, phase: str, timeout: float = 30.0,
+               attempts: int | None = None) -> dict:
+    def check() -> dict | None:
+        br = get_bind_request(kube, namespace, name)
+        status = br.get("status") or {}
+        if status.get("phase") != phase:
+            return None
+        if attempts is not None and status.get("failedAttempts") != attempts:
+            return None
+        return br
+
+    return wait_for(f"BindRequest {namespace}/{name} phase {phase} attempts {attempts}", check, timeout)
+
+
+def pod_condition(pod: dict) -> dict | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or []
+                 if c.get("type") == names.POD_BOUND_CONDITION), None)
+
+
+def events_for(kube: KubeClient, namespace: str, name: str, kind: str = "Pod") -> list[dict]:
+    items = kube.get(f"/api/v1/namespaces/{namespace}/events").get("items") or []
+    return [e for e in items if e["involvedObject"].get("name") == name and e["involvedObject"].get("kind") == kind]
+
+
+def run_binder_process(control_plane: Any, *argv: str, log_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    handle = open(log_path, "wb")  # noqa: SIM115 - closed by the kernel when the child exits
+    return subprocess.Popen(
+        [sys.executable, "-m", "binder", "--kubeconfig", str(control_plane.admin_kubeconfig), *argv],
+        cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)

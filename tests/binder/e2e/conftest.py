@@ -1,0 +1,79 @@
+"""Fixtures for end-to-end binder tests on the real kube-apiserver of the test bed.
+
+`binder(**flags)` starts a whole binder (caches, queue, workers, plugins, reservation service) in this
+process against the test bed; `binder_process(*argv)` starts `python -m binder` as a child process.
+`node_player` plays the kubelet + reservation program for reservation pods: it annotates each with a GPU
+UUID and marks it Running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from binder_e2e_kit import CRD, NodePlayer
+
+from binder.app import BinderApp
+from binder.kube.client import KubeClient
+from binder.settings import parse_settings
+from testbed.kube import apply_crds, create_namespace, delete_namespace
+
+
+@pytest.fixture(scope="session")
+def bindrequest_crd(kube_admin: Any) -> str:
+    apply_crds(kube_admin, CRD)
+    return "bindrequests.scheduling.run.ai"
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: Any) -> KubeClient:
+    """Admin client of our own kind (no rate limit) for test set-up and assertions."""
+    return KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
+
+
+@pytest.fixture
+def reservation_namespace(kube_admin: Any) -> Iterator[str]:
+    """Each test gets its own reservation namespace, so GC in one test never sees another's pods."""
+    name = create_namespace(kube_admin, prefix="rsv")
+    try:
+        yield name
+    finally:
+        delete_namespace(kube_admin, name)
+
+
+@pytest.fixture
+def binder(control_plane: Any, bindrequest_crd: str, reservation_namespace: str,
+           kube: KubeClient) -> Iterator[Callable[..., BinderApp]]:
+    apps: list[BinderApp] = []
+
+    def start(*extra: str, reservation: Any = None, plugins: Any = None) -> BinderApp:
+        argv = ["--kubeconfig", str(control_plane.admin_kubeconfig),
+                "--resource-reservation-namespace", reservation_namespace,
+                "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+                "--rate-limiter-base-delay", "0.2", "--rate-limiter-max-delay", "2",
+                "--resource-reservation-allocation-timeout", "10", "--qps", "0", *extra]
+        settings = parse_settings(argv)
+        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
+        app = BinderApp(settings, client, plugins=plugins, reservation=reservation)
+        app.start(sync_timeout=30)
+        apps.append(app)
+        return app
+
+    try:
+        yield start
+    finally:
+        for app in apps:
+            app.shutdown()
+
+
+@pytest.fixture
+def node_player(kube: KubeClient, reservation_namespace: str) -> Iterator[NodePlayer]:
+    player = NodePlayer(kube, reservation_namespace)
+    player.start()
+    try:
+        yield player
+    finally:
+        player.stop()
+
+
