@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from binder.kube.client import ApiError
 from binder.plugins.base import BindContext, BindError
@@ -32,11 +33,20 @@ _INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 log = logging.getLogger(__name__)
 
-LIMIT_SKIPPED = Counter(
-    "fracgpu_binder_hamicore_limit_skipped",
-    "Fraction binds for which hamicore wrote no CUDA_DEVICE_MEMORY_LIMIT, by reason",
-    ["reason"],
-)
+_counters: dict[int, Counter] = {}
+_counters_lock = threading.Lock()
+
+
+def limit_skipped_counter(registry: CollectorRegistry | None = None) -> Counter:
+    """`fracgpu_binder_hamicore_limit_skipped_total{reason}` in `registry` (one per registry)."""
+    registry = registry or REGISTRY
+    with _counters_lock:
+        if id(registry) not in _counters:
+            _counters[id(registry)] = Counter(
+                "fracgpu_binder_hamicore_limit_skipped",
+                "Fraction binds for which hamicore wrote no CUDA_DEVICE_MEMORY_LIMIT, by reason",
+                ["reason"], registry=registry)
+        return _counters[id(registry)]
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,9 @@ def memory_limit(node: dict[str, Any], received_gpu: Any) -> str | NoLimit:
 class HamiCorePlugin:
     name = NAME
 
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.limit_skipped = limit_skipped_counter(registry)
+
     def prebind(self, ctx: BindContext) -> None:
         if not is_fraction_bind(ctx.bind_request):
             return
@@ -102,9 +115,8 @@ class HamiCorePlugin:
     def rollback(self, ctx: BindContext) -> None:
         return None
 
-    @staticmethod
-    def _report_no_limit(ctx: BindContext, no_limit: NoLimit) -> None:
-        LIMIT_SKIPPED.labels(reason=no_limit.reason).inc()
+    def _report_no_limit(self, ctx: BindContext, no_limit: NoLimit) -> None:
+        self.limit_skipped.labels(reason=no_limit.reason).inc()
         message = f"No {names.CUDA_DEVICE_MEMORY_LIMIT} written, GPU memory is not limited: {no_limit.message}"
         log.warning(message, extra={**ctx.log_fields(), "fields": {"reason": no_limit.reason}})
         if ctx.record_event is not None:

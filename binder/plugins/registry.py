@@ -97,7 +97,7 @@ def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin
 def _hamicore(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
     from binder.plugins.hamicore import HamiCorePlugin
 
-    return HamiCorePlugin()
+    return HamiCorePlugin(registry=deps.get("registry"))
 
 
 BUILDERS: dict[str, Builder] = {
@@ -127,7 +127,9 @@ def build_plugins(
     overrides: str | PluginsConfig | None, *, client: KubeClient | None = None, **deps: Any
 ) -> list[BinderPlugin]:
     """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
-    already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError."""
+    already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError.
+
+    `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered."""
     decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
     resolved = cfg.resolve_config(cfg.default_config(), decoded)
     return build_configured_plugins(resolved, client=client, **deps)
