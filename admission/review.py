@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch
-
+from admission.patch import make_patch
 from admission.plugins import AdmissionPlugin, Denied
 from admission.podshape import PodDecodeError, check_pod_shape
 
@@ -188,7 +187,7 @@ def mutate(
         if pod == original:
             return _allowed(uid, api_version)
         log.debug("pod mutated", extra=_log_fields(request, pod))
-        return _allowed(uid, api_version, jsonpatch.make_patch(original, pod).patch)
+        return _allowed(uid, api_version, make_patch(original, pod))
 
     return _decide(body, content_type, decide)
 
