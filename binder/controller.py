@@ -17,6 +17,7 @@ from binder.kube.cache import Caches
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, Pipeline
+from common import names
 
 log = logging.getLogger("binder.controller")
 
@@ -73,18 +74,20 @@ class BindRequestController:
 
     def _attempt(self, attempt: Attempt, fields: dict[str, Any]) -> None:
         bind_request = attempt.bind_request
+        spec = st.spec(bind_request)
+        namespace = bind_request["metadata"]["namespace"]
+        pod_name = spec.get("podName")
+        if isinstance(pod_name, str) and pod_name:
+            # Read the pod first, so even a malformed BindRequest is reported on the pod it is about.
+            attempt.pod = self._read(self.caches.pods.get(namespace, pod_name), pod_path(namespace, pod_name))
+            if attempt.pod is None:
+                attempt.error, attempt.step = f'pods "{pod_name}" not found', "pod_not_found"
+                return
         invalid = st.validate(bind_request)
         if invalid:
             attempt.error, attempt.step = invalid, "invalid"
             return
-        spec = st.spec(bind_request)
-        namespace = bind_request["metadata"]["namespace"]
         node_name = spec["selectedNode"]
-        attempt.pod = self._read(self.caches.pods.get(namespace, spec["podName"]),
-                                 pod_path(namespace, spec["podName"]))
-        if attempt.pod is None:
-            attempt.error, attempt.step = f'pods "{spec["podName"]}" not found', "pod_not_found"
-            return
         if (attempt.pod.get("spec") or {}).get("nodeName"):
             attempt.error = st.already_bound_error(attempt.pod, node_name)
             attempt.step = "bound_elsewhere" if attempt.error else "already_bound"
@@ -139,7 +142,9 @@ class BindRequestController:
             self.record_event(attempt.pod, pod_report.event_type, pod_report.reason, pod_report.message)
         else:
             # No pod to tell: the Warning goes on the BindRequest itself.
-            self.record_event(bind_request, pod_report.event_type, pod_report.reason, pod_report.message)
+            about = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
+                     "kind": names.BINDREQUEST_KIND, "metadata": bind_request.get("metadata") or {}}
+            self.record_event(about, pod_report.event_type, pod_report.reason, pod_report.message)
         if decision.retry:
             self.metrics.retries.inc()
         return Result(retry=decision.retry)

@@ -47,14 +47,15 @@ def binder(control_plane: Any, bindrequest_crd: str, reservation_namespace: str,
            kube: KubeClient) -> Iterator[Callable[..., BinderApp]]:
     apps: list[BinderApp] = []
 
-    def start(*extra: str, reservation: Any = None, plugins: Any = None) -> BinderApp:
+    def start(*extra: str, reservation: Any = None, plugins: Any = None,
+              client_class: type[KubeClient] = KubeClient) -> BinderApp:
         argv = ["--kubeconfig", str(control_plane.admin_kubeconfig),
                 "--resource-reservation-namespace", reservation_namespace,
                 "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
                 "--rate-limiter-base-delay", "0.2", "--rate-limiter-max-delay", "2",
                 "--resource-reservation-allocation-timeout", "10", "--qps", "0", *extra]
         settings = parse_settings(argv)
-        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
+        client = client_class.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
         app = BinderApp(settings, client, plugins=plugins, reservation=reservation)
         app.start(sync_timeout=30)
         apps.append(app)

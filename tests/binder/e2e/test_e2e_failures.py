@@ -1,0 +1,137 @@
+"""Failed binds, retries and bad input, end to end: status, condition and events tell the truth."""
+
+from __future__ import annotations
+
+import pytest
+from binder_e2e_kit import (
+    events_for,
+    get_bind_request,
+    make_bind_request,
+    make_pod,
+    pod_condition,
+    wait_for,
+    wait_phase,
+)
+
+from binder.kube.client import bindrequest_path, pod_path
+from common import names
+
+pytestmark = pytest.mark.apiserver
+
+
+def _settled(app) -> bool:
+    return app.queue.pending() == 0
+
+
+def test_missing_node_fails_once_with_the_reason_and_a_warning(binder, kube, namespace):
+    make_pod(kube, namespace, "p1")
+    app = binder()
+    make_bind_request(kube, namespace, "p1", "no-such-node")
+    br = wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == 'nodes "no-such-node" not found'
+    wait_for("queue settled", lambda: _settled(app))
+    condition = wait_for("PodBound", lambda: pod_condition(kube.get(pod_path(namespace, "p1"))))
+    assert (condition["status"], condition["reason"]) == ("False", names.REASON_BINDING_ERROR)
+    assert condition["message"] == (f"Failed to bind pod {namespace}/p1 to node no-such-node: "
+                                    'nodes "no-such-node" not found')
+    events = wait_for("Warning event", lambda: events_for(kube, namespace, "p1"))
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "BindingError")]
+    # Unset backoffLimit counts as 1: no second attempt.
+    assert get_bind_request(kube, namespace, "p1")["status"]["failedAttempts"] == 1
+    assert kube.get(pod_path(namespace, "p1"))["spec"].get("nodeName") is None
+
+
+def test_missing_pod_fails_with_a_warning_on_the_bind_request(binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    binder()
+    make_bind_request(kube, namespace, "ghost", node, backoff_limit=1)
+    br = wait_phase(kube, namespace, "ghost", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == 'pods "ghost" not found'
+    events = wait_for("Warning event", lambda: events_for(kube, namespace, "ghost", kind="BindRequest"))
+    assert events[0]["type"] == "Warning" and 'pods "ghost" not found' in events[0]["message"]
+
+
+def test_backoff_limit_three_persists_every_failed_attempt_then_stops(binder, kube, namespace):
+    make_pod(kube, namespace, "p1")
+    app = binder()
+    make_bind_request(kube, namespace, "p1", "no-such-node", backoff_limit=3)
+    seen = set()
+
+    def attempts() -> bool:
+        seen.add((get_bind_request(kube, namespace, "p1").get("status") or {}).get("failedAttempts"))
+        return 3 in seen
+
+    wait_for("three failed attempts", attempts, timeout=30, interval=0.02)
+    wait_for("queue settled", lambda: _settled(app))
+    br = get_bind_request(kube, namespace, "p1")
+    assert (br["status"]["phase"], br["status"]["failedAttempts"]) == (names.PHASE_FAILED, 3)
+    assert app.metrics.retries._value.get() == 2
+    warnings = wait_for("three Warning events", lambda: len(events_for(kube, namespace, "p1")) == 3 and
+                        events_for(kube, namespace, "p1"))
+    assert {e["type"] for e in warnings} == {"Warning"}
+
+
+def test_retry_that_succeeds_clears_the_reason_and_keeps_the_count(binder, kube, namespace, make_gpu_node):
+    make_pod(kube, namespace, "p1")
+    binder("--rate-limiter-base-delay", "1")
+    make_bind_request(kube, namespace, "p1", "late-node", backoff_limit=5)
+    wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1)
+    make_gpu_node("late-node")
+    br = wait_phase(kube, namespace, "p1", names.PHASE_SUCCEEDED)
+    assert "reason" not in br["status"]
+    assert br["status"]["failedAttempts"] >= 1
+    assert kube.get(pod_path(namespace, "p1"))["spec"]["nodeName"] == "late-node"
+    condition = wait_for("PodBound=True", lambda: (c := pod_condition(kube.get(pod_path(namespace, "p1"))))
+                         and c["status"] == "True" and c)
+    assert condition["reason"] == names.REASON_BOUND
+
+
+def test_binding_rejected_by_the_apiserver_is_a_failure(binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    kube.create(pod_path(namespace), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated"},
+        "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME, "schedulingGates": [{"name": "example.com/wait"}],
+                 "containers": [{"name": "main", "image": "busybox"}]}})
+    binder()
+    make_bind_request(kube, namespace, "gated", node)
+    br = wait_phase(kube, namespace, "gated", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"].startswith(f"failed to bind pod <{namespace}/gated> to node <{node}>: ")
+    assert "schedulingGates" in br["status"]["reason"]
+
+
+@pytest.mark.parametrize(("spec_extra", "reason"), [
+    ({"podName": ""}, "invalid binding request: spec.podName is empty"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": [], "receivedGPU": {"count": 1, "portion": "0.5"}},
+     "no SelectedGPUGroups for fractional pod: invalid binding request"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g1"]},
+     "invalid binding request: Fraction BindRequest without spec.receivedGPU"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g1"], "receivedGPU": {"count": 1, "portion": "half"}},
+     "invalid binding request: spec.receivedGPU.portion 'half' is not a non-negative number"),
+])
+def test_bad_bind_request_ends_failed_with_a_clear_reason_and_the_binder_keeps_working(
+        binder, kube, namespace, make_gpu_node, spec_extra, reason):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "bad")
+    make_pod(kube, namespace, "good")
+    app = binder("--max-concurrent-reconciles", "1")
+    make_bind_request(kube, namespace, "bad", node, name="bad", spec_extra=spec_extra)
+    br = wait_phase(kube, namespace, "bad", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == reason
+    involved = "bad"
+    kind = "BindRequest" if spec_extra.get("podName") == "" else "Pod"
+    events = wait_for("Warning event", lambda: events_for(kube, namespace, involved, kind=kind))
+    assert events[0]["type"] == "Warning" and reason in events[0]["message"]
+    # One worker only: it is not stuck.
+    make_bind_request(kube, namespace, "good", node)
+    wait_phase(kube, namespace, "good", names.PHASE_SUCCEEDED)
+    assert app.workers and all(t.is_alive() for t in app.workers)
+
+
+def test_deleted_bind_request_is_forgotten(binder, kube, namespace):
+    make_pod(kube, namespace, "p1")
+    app = binder()
+    make_bind_request(kube, namespace, "p1", "no-such-node", backoff_limit=50)
+    wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1)
+    kube.delete(bindrequest_path(namespace, "p1"))
+    wait_for("queue settled", lambda: _settled(app), timeout=20)
+    assert app.caches.bindrequests.get(namespace, "p1") is None
