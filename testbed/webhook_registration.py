@@ -1,0 +1,56 @@
+"""Register the shipped webhook manifests with a test-bed apiserver, pointed at a local webhook process.
+
+The manifests reach the webhook through a Service; a local process has none, so each clientConfig's
+`service` is rewritten to a `url` with the same path, and the caBundle is set to our test CA.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+WEBHOOKS_MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "admission" / "webhooks.yaml"
+_COLLECTIONS = {
+    "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+}
+
+
+def local_webhook_configurations(base_url: str, ca_pem: bytes, name_suffix: str = "",
+                                  namespace_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The shipped configurations, calling `base_url` instead of the in-cluster Service."""
+    documents = [doc for doc in yaml.safe_load_all(WEBHOOKS_MANIFEST.read_text()) if doc]
+    configured = []
+    for document in documents:
+        document = copy.deepcopy(document)
+        document["metadata"]["name"] += name_suffix
+        for webhook in document["webhooks"]:
+            path = webhook["clientConfig"].pop("service")["path"]
+            webhook["clientConfig"] = {"url": f"{base_url}{path}",
+                                       "caBundle": base64.b64encode(ca_pem).decode()}
+            if namespace_labels:
+                webhook["namespaceSelector"]["matchLabels"] = dict(namespace_labels)
+        configured.append(document)
+    return configured
+
+
+@contextmanager
+def registered_webhooks(session: requests.Session, configurations: list[dict[str, Any]]) -> Iterator[None]:
+    created = []
+    try:
+        for configuration in configurations:
+            collection = _COLLECTIONS[configuration["kind"]]
+            answer = session.post(collection, json=configuration)
+            answer.raise_for_status()
+            created.append(f"{collection}/{configuration['metadata']['name']}")
+        yield
+    finally:
+        for path in created:
+            session.delete(path)
