@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_format, settings.log_level)
     from binder.app import BinderApp
     from binder.kube.client import KubeClient
-    from binder.plugins.registry import PluginConfigError, build_plugins
+    from binder.plugins.registry import PluginConfigError
 
     try:
         client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
@@ -26,12 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fracgpu-binder: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
         return 1
     try:
-        plugins = build_plugins(settings.plugins_json, client=client)
+        app = BinderApp(settings, client)
     except PluginConfigError as error:
         print(f"fracgpu-binder: {error}", file=sys.stderr)
         return 1
-
-    app = BinderApp(settings, client, plugins=plugins)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s; shutting down", signal.Signals(signum).name)

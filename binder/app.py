@@ -47,13 +47,10 @@ def default_lease_namespace() -> str:
 
 
 def build_reservation(client: KubeClient, settings: Settings, caches: Caches) -> Any:
+    from binder.reservation.lookups import CacheReads
     from binder.reservation.service import ReservationService
 
-    try:
-        from binder.reservation.lookups import CacheLookups  # type: ignore[attr-defined]
-    except ImportError:
-        return ReservationService(client, settings.reservation)
-    return ReservationService(client, settings.reservation, CacheLookups(caches))
+    return ReservationService(client, settings.reservation, CacheReads(caches))
 
 
 class BinderApp:
@@ -69,7 +66,8 @@ class BinderApp:
         self.caches = Caches.build(client)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client, self.identity, on_drop=self.metrics.events_dropped.inc)
-        self.plugins = plugins if plugins is not None else build_plugins(settings.plugins_json, client=client)
+        self.plugins = plugins if plugins is not None else build_plugins(
+            settings.plugins_json, client=client, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,

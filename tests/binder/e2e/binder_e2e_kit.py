@@ -76,7 +76,8 @@ class NodePlayer:
 # ---------------------------------------------------------------------- object builders
 def make_pod(kube: KubeClient, namespace: str, name: str, *, fraction: str | None = None,
              num_devices: int | None = None, scheduler: str = names.DEFAULT_SCHEDULER_NAME,
-             hamicore: bool = False, extra_annotations: dict | None = None) -> dict:
+             hamicore: bool = False, extra_annotations: dict | None = None,
+             spec_extra: dict | None = None) -> dict:
     """A pod as the admission webhook leaves it: for fraction pods, the ConfigMap annotation and env refs."""
     annotations = dict(extra_annotations or {})
     container: dict[str, Any] = {"name": "main", "image": "busybox"}
@@ -95,7 +96,7 @@ def make_pod(kube: KubeClient, namespace: str, name: str, *, fraction: str | Non
         container["envFrom"] = [{"configMapRef": {"name": f"{prefix}-0-evar", "optional": False}}]
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
-           "spec": {"schedulerName": scheduler, "containers": [container]}}
+           "spec": {"schedulerName": scheduler, "containers": [container], **(spec_extra or {})}}
     return kube.create(pod_path(namespace), pod)
 
 

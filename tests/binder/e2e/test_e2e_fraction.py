@@ -1,0 +1,209 @@
+"""Fractional BindRequests end to end: reservation pods, GPU ids, ConfigMaps, labels, rollback."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from binder_e2e_kit import (
+    events_for,
+    get_bind_request,
+    make_bind_request,
+    make_pod,
+    pod_condition,
+    wait_for,
+    wait_phase,
+)
+
+from binder.kube.client import ApiError, KubeClient, TransportError, bindrequest_path, configmap_path, pod_path
+from common import names
+
+pytestmark = pytest.mark.apiserver
+
+
+def reservation_name(node: str, group: str) -> str:
+    return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).digest()[:8].hex()
+
+
+def configmaps(kube: KubeClient, namespace: str, pod: str) -> dict[str, dict]:
+    prefix = f"{pod}-bcd2345-shared-gpu-0"
+    found = {}
+    for name in (prefix, prefix + "-evar"):
+        try:
+            found[name] = kube.get(configmap_path(namespace, name))
+        except ApiError as error:
+            assert error.not_found
+    return found
+
+
+def exists(kube: KubeClient, path: str) -> bool:
+    try:
+        kube.get(path)
+        return True
+    except ApiError as error:
+        assert error.not_found
+        return False
+
+
+def test_fraction_with_one_group(binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "f1", fraction="0.5")
+    binder()
+    make_bind_request(kube, namespace, "f1", node, fraction_groups=["group-a"], portion="0.50")
+    wait_phase(kube, namespace, "f1", names.PHASE_SUCCEEDED)
+
+    rsv_name = reservation_name(node, "group-a")
+    rsv = kube.get(pod_path(reservation_namespace, rsv_name))
+    assert rsv["metadata"]["labels"] == {"app": "kai-resource-reservation", names.GPU_GROUP_LABEL: "group-a"}
+    assert rsv["metadata"]["annotations"][names.DO_NOT_DISRUPT] == "true"
+    assert rsv["spec"]["nodeName"] == node
+    assert rsv["spec"]["serviceAccountName"] == "kai-resource-reservation"
+    [container] = rsv["spec"]["containers"]
+    assert container["name"] == names.RESERVATION_CONTAINER_NAME
+    assert container["image"] == "registry/local/kai-scheduler/resource-reservation"
+    assert container["resources"] == {"limits": {names.NVIDIA_GPU: "1"}, "requests": {names.NVIDIA_GPU: "1"}}
+    assert [e["name"] for e in container["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+
+    pod = kube.get(pod_path(namespace, "f1"))
+    assert pod["spec"]["nodeName"] == node
+    assert pod["metadata"]["labels"] == {names.GPU_GROUP_LABEL: "group-a"}
+    assert pod["metadata"]["annotations"][names.RECEIVED_RESOURCE_TYPE] == "Fraction"
+    cms = configmaps(kube, namespace, "f1")
+    cap = cms["f1-bcd2345-shared-gpu-0"]
+    assert cap["data"] == {names.NVIDIA_VISIBLE_DEVICES: node_player.uuid_for(rsv_name),
+                           names.GPU_PORTION: "0.50", names.RUNAI_NUM_OF_GPUS: "0.50"}
+    assert cap["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "f1",
+                                                   "uid": pod["metadata"]["uid"]}]
+    assert cms["f1-bcd2345-shared-gpu-0-evar"].get("data") in (None, {})
+
+
+def test_fraction_with_two_groups(binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "f2", fraction="0.25", num_devices=2)
+    binder()
+    make_bind_request(kube, namespace, "f2", node, fraction_groups=["g-one", "g-two"], portion="0.25")
+    wait_phase(kube, namespace, "f2", names.PHASE_SUCCEEDED)
+    pod = kube.get(pod_path(namespace, "f2"))
+    assert pod["metadata"]["labels"] == {"runai-gpu-group/g-one": "g-one", "runai-gpu-group/g-two": "g-two"}
+    ids = [node_player.uuid_for(reservation_name(node, g)) for g in ("g-one", "g-two")]
+    cap = configmaps(kube, namespace, "f2")["f2-bcd2345-shared-gpu-0"]
+    assert cap["data"][names.NVIDIA_VISIBLE_DEVICES] == ",".join(ids)
+    assert cap["data"][names.GPU_PORTION] == "0.25"
+    for group in ("g-one", "g-two"):
+        assert exists(kube, pod_path(reservation_namespace, reservation_name(node, group)))
+
+
+def test_fraction_cdi_mode(binder, kube, namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "f3", fraction="0.5")
+    binder("--plugins", '{"gpusharing":{"arguments":{"cdiEnabled":"true"}}}')
+    make_bind_request(kube, namespace, "f3", node, fraction_groups=["gc"])
+    wait_phase(kube, namespace, "f3", names.PHASE_SUCCEEDED)
+    cap = configmaps(kube, namespace, "f3")["f3-bcd2345-shared-gpu-0"]
+    uuid = node_player.uuid_for(reservation_name(node, "gc"))
+    assert cap["data"][names.NVIDIA_VISIBLE_DEVICES] == f"k8s.device-plugin.nvidia.com/gpu={uuid}"
+
+
+def test_hamicore_writes_the_memory_limit_from_the_node_label(binder, kube, namespace, make_gpu_node,
+                                                               node_player):
+    node = make_gpu_node(gpu_memory_mib=15360)["metadata"]["name"]
+    make_pod(kube, namespace, "h1", fraction="0.27", hamicore=True)
+    binder("--plugins", '{"hamicore":{"enabled":true}}')
+    make_bind_request(kube, namespace, "h1", node, fraction_groups=["gh"], portion="0.27")
+    wait_phase(kube, namespace, "h1", names.PHASE_SUCCEEDED)
+    cap = configmaps(kube, namespace, "h1")["h1-bcd2345-shared-gpu-0"]
+    assert cap["data"][names.CUDA_DEVICE_MEMORY_LIMIT] == "4147m"
+
+
+def test_hamicore_without_the_node_label_binds_and_says_why(binder, kube, namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: None}}})
+    make_pod(kube, namespace, "h2", fraction="0.5", hamicore=True)
+    app = binder("--plugins", '{"hamicore":{"enabled":true}}')
+    wait_for("node label gone from the cache", lambda: names.GPU_MEMORY_NODE_LABEL not in (
+        app.caches.nodes.get(node) or {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: "x"}}}
+    )["metadata"].get("labels", {}))
+    make_bind_request(kube, namespace, "h2", node, fraction_groups=["gh2"])
+    wait_phase(kube, namespace, "h2", names.PHASE_SUCCEEDED)
+    cap = configmaps(kube, namespace, "h2")["h2-bcd2345-shared-gpu-0"]
+    assert names.CUDA_DEVICE_MEMORY_LIMIT not in cap["data"]
+    events = wait_for("hamicore warning", lambda: [e for e in events_for(kube, namespace, "h2")
+                                                   if e["type"] == "Warning"])
+    assert names.CUDA_DEVICE_MEMORY_LIMIT in events[0]["message"]
+
+
+def test_reservation_timeout_fails_and_deletes_the_reservation_pod(binder, kube, namespace, reservation_namespace,
+                                                                   make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "t1", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "2")
+    make_bind_request(kube, namespace, "t1", node, fraction_groups=["gt"])
+    br = wait_phase(kube, namespace, "t1", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == (
+        f"failed to reserve GPUs for pod <{namespace}/t1> in gpu group <gt>: failed waiting for GPU reservation "
+        f"pod to allocate: {reservation_namespace}/{reservation_name(node, 'gt')}")
+    wait_for("reservation pod deleted",
+             lambda: not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gt"))))
+    pod = kube.get(pod_path(namespace, "t1"))
+    assert not pod["spec"].get("nodeName")
+    assert not (pod["metadata"].get("labels") or {})
+    assert configmaps(kube, namespace, "t1") == {}
+
+
+def test_reservation_pod_deleted_while_waiting_fails_the_attempt(binder, kube, namespace, reservation_namespace,
+                                                                  make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "t2", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "30")
+    make_bind_request(kube, namespace, "t2", node, fraction_groups=["gd"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gd"))
+    wait_for("reservation pod created", lambda: exists(kube, rsv))
+    kube.delete(rsv, params={"gracePeriodSeconds": "0"})
+    br = wait_phase(kube, namespace, "t2", names.PHASE_FAILED, attempts=1, timeout=20)
+    assert "failed waiting for GPU reservation pod to allocate" in br["status"]["reason"]
+
+
+def test_rollback_deletes_configmaps_and_group_labels(binder, kube, namespace, reservation_namespace, make_gpu_node,
+                                                      node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    # A scheduling gate makes the apiserver reject the binding after every PreBind step has run.
+    make_pod(kube, namespace, "r1", fraction="0.5", spec_extra={"schedulingGates": [{"name": "example.com/hold"}]})
+    binder()
+    make_bind_request(kube, namespace, "r1", node, fraction_groups=["gr"])
+    br = wait_phase(kube, namespace, "r1", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"].startswith(f"failed to bind pod <{namespace}/r1> to node <{node}>")
+    current = kube.get(pod_path(namespace, "r1"))
+    assert not (current["metadata"].get("labels") or {})
+    assert configmaps(kube, namespace, "r1") == {}
+    # The scheduler deletes a failed BindRequest; that frees the group's reservation pod.
+    kube.delete(bindrequest_path(namespace, "r1"))
+    wait_for("reservation pod deleted",
+             lambda: not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gr"))))
+
+
+class LosesBindingAnswers(KubeClient):
+    """A client whose `pods/binding` calls reach the server but whose answers are lost on the way back."""
+
+    def create(self, path: str, body: dict) -> dict:
+        answer = super().create(path, body)
+        if path.endswith("/binding"):
+            raise TransportError("POST", path, ConnectionResetError("connection reset by peer"))
+        return answer
+
+
+def test_bind_that_went_through_is_not_rolled_back(binder, kube, namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "l1", fraction="0.5")
+    binder(client_class=LosesBindingAnswers)
+    make_bind_request(kube, namespace, "l1", node, fraction_groups=["gl"])
+    br = wait_phase(kube, namespace, "l1", names.PHASE_SUCCEEDED)
+    assert br["status"].get("failedAttempts", 0) == 0
+    pod = kube.get(pod_path(namespace, "l1"))
+    assert pod["spec"]["nodeName"] == node
+    assert pod["metadata"]["labels"] == {names.GPU_GROUP_LABEL: "gl"}
+    assert set(configmaps(kube, namespace, "l1")) == {"l1-bcd2345-shared-gpu-0", "l1-bcd2345-shared-gpu-0-evar"}
+    condition = wait_for("PodBound", lambda: pod_condition(kube.get(pod_path(namespace, "l1"))))
+    assert condition["status"] == "True"
+    assert get_bind_request(kube, namespace, "l1")["status"]["phase"] == names.PHASE_SUCCEEDED
