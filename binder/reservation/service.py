@@ -52,6 +52,11 @@ def _ref(obj: Obj) -> str:
     return f"{_meta(obj).get('namespace', '')}/{_meta(obj).get('name', '')}"
 
 
+def pod_was_replaced(error: ApiError) -> bool:
+    """A patch carrying the uid of a pod that has since been deleted and re-created under the same name."""
+    return error.status == 422 and "metadata.uid" in error.message
+
+
 def gpu_id_of(reservation_pod: Obj) -> str:
     """The reservation pod's GPU id; "" while it has not written one."""
     return (_meta(reservation_pod).get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) or ""
@@ -261,7 +266,7 @@ class ReservationService:
         try:
             self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
         except ApiError as error:
-            if not (error.not_found or error.conflict):
+            if not (error.not_found or pod_was_replaced(error)):
                 raise
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in keys}
         pod.setdefault("metadata", {})["labels"] = labels

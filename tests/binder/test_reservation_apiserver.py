@@ -1,0 +1,228 @@
+"""Reservation service against the real kube-apiserver: create, reuse, wait, timeout, labels and GC."""
+
+from __future__ import annotations
+
+import pytest
+from partb_kit import Annotator, bind_request, create_pod, fraction_pod_body, get_pod, plain_pod, set_phase
+
+from binder.kube.client import pod_path
+from binder.reservation.groups import reservation_pod_name
+from binder.reservation.service import ReservationError, ReservationService
+from binder.reservation.settings import ReservationSettings
+from common import names
+
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture
+def service(api, rsv_namespace, scale_namespace, crds):
+    return ReservationService(api, ReservationSettings(namespace=rsv_namespace, scale_adjust_namespace=scale_namespace,
+                                                       allocation_timeout_s=10))
+
+
+def reservation(api, rsv_namespace, node, group, gpu=None, phase="Running"):
+    """A reservation pod as the binder creates it, optionally already reporting `gpu`."""
+    annotations = {names.RESERVE_FOR_GPU_INDEX: gpu} if gpu is not None else {}
+    return plain_pod(api, rsv_namespace, reservation_pod_name(node, group), node=node, phase=phase,
+                     labels={names.GPU_GROUP_LABEL: group, names.APP_LABEL: "kai-resource-reservation"},
+                     annotations=annotations)
+
+
+def test_reserving_a_new_group_creates_the_reservation_pod_waits_for_its_gpu_and_labels_the_pod(
+        api, namespace, rsv_namespace, service):
+    fraction = create_pod(api, namespace, fraction_pod_body(
+        "p1", tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+    with Annotator(api, rsv_namespace) as annotator:
+        gpu = service.reserve_gpu_device(fraction, "n1", "g1")
+    name = reservation_pod_name("n1", "g1")
+    assert gpu == annotator.served[name]
+    created = get_pod(api, rsv_namespace, name)
+    assert created["metadata"]["labels"] == {"app": "kai-resource-reservation", "runai-gpu-group": "g1"}
+    assert created["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    assert created["spec"]["nodeName"] == "n1"
+    assert created["spec"]["tolerations"][0]["key"] == "gpu"
+    assert created["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {"runai-gpu-group": "g1"}
+    assert fraction["metadata"]["labels"] == {"runai-gpu-group": "g1"}  # the in-memory pod follows
+
+
+def test_multi_device_pods_get_one_label_per_group(api, namespace, rsv_namespace, service):
+    fraction = create_pod(api, namespace, fraction_pod_body("p1", annotations={"gpu-fraction-num-devices": "2"}))
+    with Annotator(api, rsv_namespace):
+        first = service.reserve_gpu_device(fraction, "n1", "g1")
+        second = service.reserve_gpu_device(fraction, "n1", "g2")
+    assert first != second
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {"runai-gpu-group/g1": "g1",
+                                                                    "runai-gpu-group/g2": "g2"}
+
+
+def test_an_existing_reservation_pod_is_reused_without_creating_another(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-existing")
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    assert service.reserve_gpu_device(fraction, "n1", "g1") == "GPU-existing"
+    assert len(api.get(pod_path(rsv_namespace))["items"]) == 1
+
+
+def test_a_reservation_pod_that_has_not_reported_yet_is_waited_for(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="")
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with Annotator(api, rsv_namespace, delay=0.5) as annotator:
+        gpu = service.reserve_gpu_device(fraction, "n1", "g1")
+    assert gpu == annotator.served[reservation_pod_name("n1", "g1")]
+
+
+def test_timeout_deletes_the_reservation_pod_and_names_it(api, namespace, rsv_namespace, scale_namespace, crds):
+    service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
+                                                          scale_adjust_namespace=scale_namespace,
+                                                          allocation_timeout_s=1))
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with pytest.raises(ReservationError) as error:
+        service.reserve_gpu_device(fraction, "n1", "g1")
+    name = reservation_pod_name("n1", "g1")
+    assert str(error.value) == f"failed waiting for GPU reservation pod to allocate: {rsv_namespace}/{name}"
+    assert get_pod(api, rsv_namespace, name) is None  # grace period 0: gone at once without a kubelet
+    assert "runai-gpu-group" not in (get_pod(api, namespace, "p1")["metadata"].get("labels") or {})
+
+
+def test_no_reservation_pod_is_created_while_the_cluster_scales_up(api, namespace, rsv_namespace, scale_namespace,
+                                                                    service):
+    pod = plain_pod(api, scale_namespace, "scaler")
+    api.patch(pod_path(scale_namespace, "scaler", "status"), {"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+    assert pod
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with pytest.raises(ReservationError) as error:
+        service.reserve_gpu_device(fraction, "n1", "g1")
+    assert str(error.value) == "cluster is scaling up, could not create reservation pod"
+    assert api.get(pod_path(rsv_namespace))["items"] == []
+
+
+def test_a_reservation_pod_of_the_group_on_another_node_is_an_error(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n2", "g1", gpu="GPU-other")
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with pytest.raises(ReservationError, match="is on node n2, not n1"):
+        service.reserve_gpu_device(fraction, "n1", "g1")
+
+
+def test_remove_pod_gpu_groups_connection_removes_every_group_label(api, namespace, service):
+    body = fraction_pod_body("p1", labels={"runai-gpu-group": "g1", "runai-gpu-group/g2": "g2", "keep": "me"})
+    pod = create_pod(api, namespace, body)
+    api.patch(pod_path(namespace, "p1"), {"metadata": {"labels": {"runai-gpu-group/g2": None}}})  # already gone
+    service.remove_pod_gpu_groups_connection(pod)
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {"keep": "me"}
+    assert pod["metadata"]["labels"] == {"keep": "me"}
+
+
+# ------------------------------------------------------------------------------------------ GC
+def test_unused_reservation_pod_is_deleted(api, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    service.sync_for_gpu_group("g1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is None
+
+
+def test_reservation_pod_with_a_running_or_pending_fraction_pod_is_kept(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    reservation(api, rsv_namespace, "n1", "g2", gpu="GPU-2")
+    plain_pod(api, namespace, "running", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    plain_pod(api, namespace, "pending", labels={"runai-gpu-group": "g2"})
+    service.sync_for_node("n1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is not None
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g2")) is not None
+
+
+def test_reservation_pod_of_finished_fraction_pods_is_deleted(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    plain_pod(api, namespace, "done", labels={"runai-gpu-group": "g1"}, node="n1", phase="Succeeded")
+    plain_pod(api, namespace, "failed", labels={"runai-gpu-group": "g1"}, node="n1", phase="Failed")
+    service.sync_for_node("n1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is None
+
+
+def test_multi_device_fraction_pods_keep_their_reservations_and_free_them_when_done(api, namespace, rsv_namespace,
+                                                                                     service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    reservation(api, rsv_namespace, "n1", "g2", gpu="GPU-2")
+    multi = plain_pod(api, namespace, "multi", labels={"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2"},
+                      node="n1", phase="Running")
+    service.sync_for_node("n1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is not None
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g2")) is not None
+    set_phase(api, multi, "Succeeded")
+    service.sync_for_node("n1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is None
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g2")) is None
+
+
+@pytest.mark.parametrize("phase,kept", [(None, True), ("Pending", True), ("Succeeded", False), ("Failed", False)])
+def test_active_bind_request_keeps_an_unused_reservation_pod(api, namespace, rsv_namespace, service, phase, kept):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    bind_request(api, namespace, "br1", groups=["g0", "g1"], phase=phase)
+    service.sync_for_gpu_group("g1")
+    assert (get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is not None) is kept
+
+
+def test_running_fraction_pod_without_reservation_is_deleted_pending_one_is_kept(api, namespace, service):
+    plain_pod(api, namespace, "orphan", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    plain_pod(api, namespace, "waiting", labels={"runai-gpu-group": "g1"})
+    service.sync_for_gpu_group("g1")
+    orphan = get_pod(api, namespace, "orphan")
+    assert orphan is None or orphan["metadata"].get("deletionTimestamp")  # default grace: terminating
+    assert get_pod(api, namespace, "waiting")["metadata"].get("deletionTimestamp") is None
+
+
+class StaleReads:
+    """A cache that has not seen the fraction pods or BindRequests of a group yet."""
+
+    def __init__(self, reservation_pod):
+        self.reservation_pod = reservation_pod
+
+    def pods_of_group(self, group):
+        return [self.reservation_pod]
+
+    def grouped_pods_on_node(self, node_name):
+        return [self.reservation_pod]
+
+    def grouped_pods(self):
+        return [self.reservation_pod]
+
+    def pods_in_namespace(self, namespace):
+        return []
+
+    def bind_requests_of_group(self, group):
+        return []
+
+
+def test_a_stale_cache_never_deletes_a_reservation_pod_the_api_server_shows_in_use(
+        api, namespace, rsv_namespace, scale_namespace, crds):
+    rsv = reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    plain_pod(api, namespace, "fresh", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
+                                                          scale_adjust_namespace=scale_namespace),
+                                 reads=StaleReads(rsv))
+    service.sync_for_node("n1")
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is not None
+
+
+def test_sync_all_collects_every_group_and_never_raises(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    reservation(api, rsv_namespace, "n2", "g2", gpu="GPU-2")
+    plain_pod(api, namespace, "user", labels={"runai-gpu-group": "g2"}, node="n2", phase="Running")
+    service.sync_all()
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is None
+    assert get_pod(api, rsv_namespace, reservation_pod_name("n2", "g2")) is not None
+
+
+def test_sync_all_survives_an_unreachable_api_server(rsv_namespace, caplog):
+    from binder.kube.client import KubeClient
+
+    dead = KubeClient("https://127.0.0.1:1", verify=False, qps=0)
+    ReservationService(dead, ReservationSettings(namespace=rsv_namespace)).sync_all()  # logs, does not raise
+    assert "start-up reservation sync could not list pods" in caplog.text
+
+
+def test_group_labels_of_a_recreated_pod_are_not_touched(api, namespace, service):
+    old = create_pod(api, namespace, fraction_pod_body("p1", labels={"runai-gpu-group": "g1"}))
+    api.delete(pod_path(namespace, "p1"), body={"gracePeriodSeconds": 0})
+    create_pod(api, namespace, fraction_pod_body("p1", labels={"runai-gpu-group": "g9"}))
+    service.remove_pod_gpu_groups_connection(old)
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {"runai-gpu-group": "g9"}
