@@ -1,0 +1,98 @@
+"""Reservation garbage collection as the running binder does it: pod and BindRequest triggers, start-up sync."""
+
+from __future__ import annotations
+
+import pytest
+from binder_e2e_kit import make_bind_request, make_pod, wait_for, wait_phase
+from test_e2e_fraction import exists, reservation_name
+
+from binder.kube.client import KubeClient, pod_path
+from common import names
+from testbed.kube import set_pod_running
+
+pytestmark = pytest.mark.apiserver
+
+
+def gone_or_terminating(kube: KubeClient, path: str) -> bool:
+    if not exists(kube, path):
+        return True
+    return bool(kube.get(path)["metadata"].get("deletionTimestamp"))
+
+
+def bind_fraction(kube, namespace, node, pod, groups, num_devices=None) -> None:
+    make_pod(kube, namespace, pod, fraction="0.5", num_devices=num_devices)
+    make_bind_request(kube, namespace, pod, node, fraction_groups=groups)
+    wait_phase(kube, namespace, pod, names.PHASE_SUCCEEDED)
+
+
+def test_deleting_a_fraction_pod_frees_its_reservation(binder, kube, kube_admin, namespace, reservation_namespace,
+                                                       make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    binder()
+    bind_fraction(kube, namespace, node, "f1", ["gdel"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gdel"))
+    set_pod_running(kube_admin, namespace, "f1")
+    assert exists(kube, rsv)
+    kube.delete(pod_path(namespace, "f1"), params={"gracePeriodSeconds": "0"})
+    wait_for("reservation pod deleted", lambda: not exists(kube, rsv))
+
+
+def test_completed_fraction_pod_frees_its_reservation(binder, kube, kube_admin, namespace, reservation_namespace,
+                                                      make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    binder()
+    bind_fraction(kube, namespace, node, "f1", ["gdone"])
+    set_pod_running(kube_admin, namespace, "f1")
+    kube.patch(pod_path(namespace, "f1", "status"), {"status": {"phase": "Succeeded"}})
+    wait_for("reservation pod deleted",
+             lambda: not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gdone"))))
+
+
+def test_completed_multi_device_pod_frees_every_reservation(binder, kube, kube_admin, namespace,
+                                                            reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    binder()
+    bind_fraction(kube, namespace, node, "m1", ["gm1", "gm2"], num_devices=2)
+    set_pod_running(kube_admin, namespace, "m1")
+    kube.patch(pod_path(namespace, "m1", "status"), {"status": {"phase": "Failed"}})
+    for group in ("gm1", "gm2"):
+        wait_for(f"reservation pod of {group} deleted",
+                 lambda g=group: not exists(kube, pod_path(reservation_namespace, reservation_name(node, g))))
+
+
+def test_shared_reservation_survives_while_another_pod_uses_the_group(binder, kube, kube_admin, namespace,
+                                                                      reservation_namespace, make_gpu_node,
+                                                                      node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    binder()
+    bind_fraction(kube, namespace, node, "a", ["gshared"])
+    bind_fraction(kube, namespace, node, "b", ["gshared"])
+    for pod in ("a", "b"):
+        set_pod_running(kube_admin, namespace, pod)
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gshared"))
+    kube.patch(pod_path(namespace, "a", "status"), {"status": {"phase": "Succeeded"}})
+    # A later bind on the node runs a node sync, after the completion-triggered group sync.
+    make_pod(kube, namespace, "r")
+    make_bind_request(kube, namespace, "r", node)
+    wait_phase(kube, namespace, "r", names.PHASE_SUCCEEDED)
+    assert exists(kube, rsv) and not kube.get(rsv)["metadata"].get("deletionTimestamp")
+    kube.patch(pod_path(namespace, "b", "status"), {"status": {"phase": "Succeeded"}})
+    wait_for("reservation pod deleted", lambda: not exists(kube, rsv))
+
+
+def test_start_up_sync_collects_unused_reservations_and_orphaned_fraction_pods(
+        binder, kube, kube_admin, namespace, reservation_namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    unused = kube.create(pod_path(reservation_namespace), {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": reservation_name(node, "gold"), "labels": {
+            "app": "kai-resource-reservation", names.GPU_GROUP_LABEL: "gold"}},
+        "spec": {"nodeName": node, "containers": [{"name": "resource-reservation", "image": "x"}]}})
+    orphan = make_pod(kube, namespace, "orphan", fraction="0.5")
+    kube.patch(pod_path(namespace, "orphan"), {"metadata": {"labels": {names.GPU_GROUP_LABEL: "glost"}}})
+    set_pod_running(kube_admin, namespace, "orphan")
+    binder()
+    wait_for("unused reservation pod deleted", lambda: gone_or_terminating(
+        kube, pod_path(reservation_namespace, unused["metadata"]["name"])))
+    wait_for("orphaned Running fraction pod deleted", lambda: gone_or_terminating(
+        kube, pod_path(namespace, orphan["metadata"]["name"])))
