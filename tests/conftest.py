@@ -1,0 +1,1 @@
+pytest_plugins = ["testbed.pytest_fixtures"]
