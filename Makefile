@@ -1,0 +1,16 @@
+# fracgpu developer and CI entry points.  See docs/testing.md.
+PYTHON ?= python3
+
+.PHONY: install k8s-binaries test
+
+# Editable install with the test extras; pip makes re-runs a cheap no-op.
+install:
+	$(PYTHON) -m pip install --disable-pip-version-check -q -e '.[test]'
+
+# kube-apiserver, kube-controller-manager, kube-scheduler and etcd for the test bed;
+# a no-op when the cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-v1.35.4}) is complete.
+k8s-binaries:
+	tools/build-k8s.sh
+
+test: install k8s-binaries
+	$(PYTHON) -m pytest -q
