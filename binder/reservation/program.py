@@ -136,16 +136,14 @@ def report_gpu(client: KubeClient, environ: dict[str, str], fake_gpu: bool, nvml
     return gpu_uuid
 
 
-def wait_for_termination(stop: threading.Event) -> None:
-    """Hold the GPU: block until SIGTERM or SIGINT."""
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM / SIGINT set `stop`; installed first, so a signal during start-up is not lost."""
     def handle(signum: int, _frame: Any) -> None:
         log.info("received signal %d, exiting", signum)
         stop.set()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    while not stop.wait(3600):
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,13 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
+    stop = threading.Event()
+    stop_on_signals(stop)
     try:
         client = KubeClient.from_kubeconfig(args.kubeconfig)
         report_gpu(client, dict(os.environ), is_fake_gpu(args.fake_gpu, dict(os.environ)))
     except Exception as error:  # noqa: BLE001 - every failure ends the same way; the kubelet restarts us
         print(f"Error while running the app: {error}", flush=True)
         return 1
-    wait_for_termination(threading.Event())
+    while not stop.wait(3600):  # hold the GPU until told to stop
+        pass
     return 0
 
 
