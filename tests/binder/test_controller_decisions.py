@@ -1,0 +1,116 @@
+"""The controller's pure decisions: retries, status patches, condition and event wording, validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from binder import status as st
+from binder.leader import decide
+from binder.pipeline import bind_annotations, binding_body
+from common import names
+
+
+def br(spec=None, status=None, generation=1, **meta) -> dict:
+    return {"metadata": {"name": "p", "namespace": "ns", "generation": generation, **meta},
+            "spec": {"podName": "p", "selectedNode": "n1", **(spec or {})}, "status": status or {}}
+
+
+def test_unset_backoff_limit_counts_as_one_attempt():
+    decision = st.decide_failure(br(), "boom")
+    assert (decision.phase, decision.reason, decision.failed_attempts, decision.retry) == ("Failed", "boom", 1, False)
+    assert not st.needs_binding(br(status={"phase": "Failed", "failedAttempts": 1}))
+
+
+@pytest.mark.parametrize(("attempts_before", "retry"), [(0, True), (1, True), (2, False)])
+def test_backoff_limit_three_retries_until_three_failed_attempts(attempts_before, retry):
+    bind_request = br({"backoffLimit": 3}, {"phase": "Failed" if attempts_before else "", "failedAttempts":
+                                            attempts_before})
+    decision = st.decide_failure(bind_request, "boom")
+    assert decision.failed_attempts == attempts_before + 1
+    assert decision.retry is retry
+
+
+def test_every_failed_attempt_is_written_even_when_the_phase_does_not_change():
+    current = {"phase": "Failed", "reason": "old", "failedAttempts": 1}
+    patch = st.decide_failure(br({"backoffLimit": 3}, current), "new").patch(current)
+    assert patch == {"status": {"reason": "new", "failedAttempts": 2}}
+
+
+def test_success_clears_the_reason_and_keeps_the_count():
+    current = {"phase": "Failed", "reason": "old", "failedAttempts": 2}
+    patch = st.decide_success(br({"backoffLimit": 3}, current)).patch(current)
+    assert patch == {"status": {"phase": "Succeeded", "reason": None}}
+    assert st.decide_success(br()).patch({}) == {"status": {"phase": "Succeeded"}}
+
+
+def test_succeeded_and_deleted_bind_requests_need_no_work():
+    assert not st.needs_binding(br(status={"phase": "Succeeded"}))
+    assert not st.needs_binding(br(deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert st.needs_binding(br(status={"phase": "Pending"}))
+    assert st.needs_binding(br({"backoffLimit": 2}, {"phase": "Failed", "failedAttempts": 1}))
+
+
+def test_own_status_writes_do_not_trigger_an_immediate_retry():
+    old = br(status={"phase": ""})
+    assert not st.should_enqueue_update(old, br(status={"phase": "Failed", "failedAttempts": 1}))
+    assert st.should_enqueue_update(old, br(generation=2))
+    assert st.should_enqueue_update(br(status={"phase": "Failed", "failedAttempts": 1}), br(status={}))
+
+
+def test_pod_report_wording_and_condition_transition_time():
+    ok = st.report(br(), None)
+    assert (ok.condition_status, ok.reason, ok.event_type, ok.message) == (
+        "True", "Bound", "Normal", "Pod bound successfully to node n1")
+    bad = st.report(br(), "nope")
+    assert (bad.condition_status, bad.reason, bad.event_type, bad.message) == (
+        "False", "BindingError", "Warning", "Failed to bind pod ns/p to node n1: nope")
+    condition = bad.condition([{"type": "PodBound", "status": "False", "reason": "BindingError", "message": "x",
+                                "lastTransitionTime": "T0"}], "T1")
+    assert condition["lastTransitionTime"] == "T0" and condition["message"] == bad.message
+    assert bad.condition([condition], "T2") is None
+    assert ok.condition([condition], "T3")["lastTransitionTime"] == "T3"
+
+
+def test_a_pod_bound_elsewhere_is_an_error():
+    pod = {"metadata": {"namespace": "ns", "name": "p"}, "spec": {"nodeName": "n2"}}
+    assert st.already_bound_error(pod, "n1") == "pod ns/p is already bound to node n2, not to the selected node n1"
+    assert st.already_bound_error(pod, "n2") is None
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    ({}, None),
+    ({"podName": ""}, "invalid binding request: spec.podName is empty"),
+    ({"selectedNode": ""}, "invalid binding request: spec.selectedNode is empty"),
+    ({"receivedResourceType": "Fraction", "receivedGPU": {"portion": "0.5"}},
+     "no SelectedGPUGroups for fractional pod: invalid binding request"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"]},
+     "invalid binding request: Fraction BindRequest without spec.receivedGPU"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "abc"}},
+     "invalid binding request: spec.receivedGPU.portion 'abc' is not a non-negative number"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "0.00"}}, None),
+])
+def test_validation(spec, error):
+    assert st.validate(br(spec)) == error
+
+
+def test_bind_annotations_and_binding_body():
+    annotations = bind_annotations(br({"predictedNUMAZones": [{"zone": "0", "amount": {"cpu": "1"}}]}))
+    assert annotations[names.RECEIVED_RESOURCE_TYPE] == ""
+    assert json.loads(annotations[names.NUMA_PLACEMENT_PREDICTED]) == [{"zone": "0", "amount": {"cpu": "1"}}]
+    assert names.NUMA_PLACEMENT_PREDICTED not in bind_annotations(br({"receivedResourceType": "Regular"}))
+    body = binding_body({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}}, "n1", {"a": "b"})
+    assert body["target"] == {"kind": "Node", "name": "n1"}
+    assert body["metadata"] == {"namespace": "ns", "name": "p", "uid": "u", "annotations": {"a": "b"}}
+
+
+@pytest.mark.parametrize(("spec", "observed_for", "take", "transitions"), [
+    ({"holderIdentity": "me", "leaseDurationSeconds": 15, "leaseTransitions": 2}, 0, True, 2),
+    ({"holderIdentity": "other", "leaseDurationSeconds": 15, "leaseTransitions": 2}, 3, False, 2),
+    ({"holderIdentity": "other", "leaseDurationSeconds": 15, "leaseTransitions": 2}, 16, True, 3),
+    ({"holderIdentity": "", "leaseDurationSeconds": 1}, 0, True, 1),
+])
+def test_lease_decision(spec, observed_for, take, transitions):
+    verdict = decide(spec, "me", observed_for)
+    assert (verdict.take, verdict.transitions) == (take, transitions)

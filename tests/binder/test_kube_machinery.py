@@ -1,0 +1,128 @@
+"""Token bucket, work queue and informer store behaviour, with injected clocks and a scripted client."""
+
+from __future__ import annotations
+
+import threading
+
+from binder.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
+from binder.kube.client import TokenBucket
+from binder.kube.workqueue import ExponentialBackoff, WorkQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_token_bucket_allows_the_burst_then_spaces_calls_at_the_rate():
+    clock = Clock()
+    bucket = TokenBucket(10, 3, clock=clock)
+    assert [bucket.reserve() for _ in range(5)] == [0.0, 0.0, 0.0, 0.1, 0.2]
+    clock.now = 10.0  # refills, but never beyond the burst
+    assert [bucket.reserve() for _ in range(4)] == [0.0, 0.0, 0.0, 0.1]
+    assert TokenBucket(0, 1).reserve() == 0.0
+
+
+def test_backoff_doubles_from_base_to_max_and_resets_on_forget():
+    backoff = ExponentialBackoff(1, 60)
+    assert [backoff.when("k") for _ in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    backoff.forget("k")
+    assert backoff.when("k") == 1
+
+
+def test_queue_dedups_and_holds_a_key_in_process_once():
+    queue = WorkQueue(ExponentialBackoff(1, 60), clock=Clock())
+    queue.add("a")
+    queue.add("a")
+    queue.add("b")
+    assert len(queue) == 2
+    assert queue.get(timeout=0) == "a"
+    queue.add("a")  # while "a" is in process: remembered, not handed out
+    assert queue.get(timeout=0) == "b"
+    assert queue.get(timeout=0) is None
+    queue.done("a")
+    assert queue.get(timeout=0) == "a"
+
+
+def test_delayed_and_rate_limited_adds_come_back_when_due():
+    clock = Clock()
+    queue = WorkQueue(ExponentialBackoff(2, 60), clock=clock)
+    assert queue.add_rate_limited("k") == 2
+    assert queue.get(timeout=0) is None
+    clock.now = 2.0
+    assert queue.get(timeout=0) == "k"
+    queue.done("k")
+    assert queue.add_rate_limited("k") == 4
+    assert queue.num_requeues("k") == 2
+
+
+def test_shutdown_releases_waiting_workers():
+    queue = WorkQueue(ExponentialBackoff(1, 60))
+    got = []
+    worker = threading.Thread(target=lambda: got.append(queue.get()))
+    worker.start()
+    queue.shutdown()
+    worker.join(5)
+    assert got == [None]
+
+
+class ScriptedClient:
+    def __init__(self, lists, watches):
+        self.lists = list(lists)
+        self.watches = list(watches)
+
+    def list_all(self, path, params=None):
+        return self.lists.pop(0)
+
+    def watch(self, path, params):
+        yield from self.watches.pop(0)
+
+
+def pod(name, rv, node=None, labels=None):
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "labels": labels or {},
+                         "managedFields": [{"big": "x"}]},
+            "spec": {"nodeName": node} if node else {}, "status": {"phase": "Running", "containerStatuses": []}}
+
+
+def test_informer_relists_on_gone_and_reports_deletes_it_missed():
+    events = []
+    first = {"metadata": {"resourceVersion": "10"}, "items": [pod("a", "5", "n1"), pod("b", "6")]}
+    second = {"metadata": {"resourceVersion": "20"}, "items": [pod("a", "15", "n2")]}
+    informer = Informer(ScriptedClient([first, second], [
+        [{"type": "ADDED", "object": pod("c", "11", labels={"runai-gpu-group/g": "g"})},
+         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
+         {"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
+    ]), "/api/v1/pods", "pods", slim=slim_pod, indexers={"node": pod_node_index, "group": pod_gpu_group_index})
+    from binder.kube.cache import EventHandlers
+
+    informer.add_handlers(EventHandlers(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
+                                        on_update=lambda o, n: events.append(("update", n["metadata"]["name"])),
+                                        on_delete=lambda o: events.append(("delete", o["metadata"]["name"]))))
+    informer._relist()
+    assert informer.synced and informer.resource_version == "10"
+    assert [p["metadata"]["name"] for p in informer.by_index("node", "n1")] == ["a"]
+    assert not informer._watch_once()  # 410 → must re-list
+    assert informer.resource_version == "12"
+    assert [p["metadata"]["name"] for p in informer.by_index("group", "g")] == ["c"]
+    informer._relist()
+    assert sorted(informer.keys()) == ["ns/a"]
+    assert informer.by_index("node", "n1") == [] and informer.by_index("group", "g") == []
+    assert events == [("add", "a"), ("add", "b"), ("add", "c"), ("delete", "b"), ("delete", "c"),
+                      ("update", "a")]
+    stored = informer.get("ns", "a")
+    assert "managedFields" not in stored["metadata"] and stored["status"] == {"phase": "Running"}
+
+
+def test_store_local_never_goes_back_in_time():
+    informer = Informer(ScriptedClient([], []), "/x", "x")
+    informer.store_local(pod("a", "7"))
+    informer.store_local(pod("a", "5"))
+    assert informer.get("ns/a")["metadata"]["resourceVersion"] == "7"
+
+
+def test_slim_node_keeps_labels_and_drops_status():
+    node = {"metadata": {"name": "n", "labels": {"l": "v"}}, "status": {"images": ["x"] * 100}}
+    assert slim_node(node) == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"l": "v"}}}
