@@ -115,6 +115,14 @@ def _decode_pod(raw: Any) -> dict[str, Any]:
         raise _Rejected(400, str(error)) from None
 
 
+def _scheduler_name(raw: Any) -> Any:
+    """spec.schedulerName, read defensively: pods of other schedulers are passed on without a full decode."""
+    if not isinstance(raw, dict):
+        raise _Rejected(400, "json: cannot unmarshal into Go value of type v1.Pod: expected an object")
+    spec = raw.get("spec")
+    return spec.get("schedulerName") if isinstance(spec, dict) else None
+
+
 def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     metadata = pod.get("metadata") or {}
     return {
@@ -164,9 +172,12 @@ def mutate(
         uid = request.get("uid", "")
         if request.get("operation") == "DELETE":
             return _allowed(uid, api_version)
-        original = _decode_pod(request.get("object"))
-        if (original.get("spec") or {}).get("schedulerName") != scheduler_name:
+        original = request.get("object")
+        if original is None:
+            raise _Rejected(400, "there is no content to decode")
+        if _scheduler_name(original) != scheduler_name:
             return _allowed(uid, api_version)
+        _decode_pod(original)
         # A second, independent parse is cheaper than a deep copy and keeps `original` pristine.
         pod = json.loads(body)["request"]["object"]
         request_namespace = request.get("namespace") or ""
@@ -205,11 +216,14 @@ def validate(
             return _allowed(uid, api_version)
         if operation not in ("CREATE", "UPDATE"):
             raise _Rejected(400, f'unknown operation "{operation}"')
-        pod = _decode_pod(request.get("object"))
+        pod = request.get("object")
+        if pod is None or (operation == "UPDATE" and request.get("oldObject") is None):
+            raise _Rejected(400, "there is no content to decode")
+        if _scheduler_name(pod) != scheduler_name:
+            return _allowed(uid, api_version)
+        _decode_pod(pod)
         if operation == "UPDATE":
             _decode_pod(request.get("oldObject"))
-        if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
-            return _allowed(uid, api_version)
         denial = _run_chain("validate", plugins, pod, request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])

@@ -105,3 +105,8 @@ def test_denials_are_logged_as_json_with_the_pod(webhook, session):
     assert denial and denial[0]["level"] == "info" and denial[0]["pod"] == "trainer"
     assert denial[0]["namespace"] == "team" and denial[0]["plugin"] == "gpusharing"
     assert all("spec" not in json.dumps(line) for line in lines if line["level"] == "info")
+
+
+def test_other_methods_and_paths_are_not_reviews(webhook, session):
+    assert session.get(f"{webhook.url}/mutate--v1-pod").status_code == 405
+    assert session.post(f"{webhook.url}/nope", json={}).status_code == 404

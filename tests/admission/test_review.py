@@ -132,9 +132,13 @@ def test_malformed_json_is_a_400_without_envelope_kind():
     assert result["response"]["status"]["message"].startswith("couldn't get version/kind; json parse error")
 
 
-@pytest.mark.parametrize("obj", [None, "str", {"metadata": {"annotations": {"a": 1}}},
-                                 {"spec": {"containers": [{"name": 5}]}},
-                                 {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "lots"}}}]}}])
+KAI = {"schedulerName": "kai-scheduler"}
+
+
+@pytest.mark.parametrize("obj", [None, "str", {"metadata": {"annotations": {"a": 1}}, "spec": KAI},
+                                 {"spec": {**KAI, "containers": [{"name": 5}]}},
+                                 {"spec": {**KAI, "containers": [
+                                     {"resources": {"limits": {"nvidia.com/gpu": "lots"}}}]}}])
 def test_undecodable_object_is_a_400_with_uid(obj):
     response = mutate({"uid": "u9", "operation": "CREATE", "object": obj})["response"]
     assert response["uid"] == "u9" and response["allowed"] is False and response["status"]["code"] == 400
@@ -201,3 +205,9 @@ def test_plugin_crash_is_a_500_not_an_exception():
                             "application/json", "kai-scheduler", [Broken()])
     assert reply.review["response"]["status"] == {"metadata": {}, "message": "panic: boom [recovered]", "code": 500}
     assert reply.review["response"]["uid"] == "u"
+
+
+def test_pods_of_other_schedulers_are_passed_on_without_a_full_decode():
+    pod = {"metadata": {"annotations": {"a": 1}}, "spec": {"schedulerName": "default-scheduler"}}
+    assert mutate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
+    assert validate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
