@@ -1,0 +1,258 @@
+"""Binder throughput, latency and memory on the local control plane (real kube-apiserver + etcd).
+
+    python benchmarks/bench_binder.py [--count 1000] [--qps 200] [--burst 400] [--workers 10]
+                                      [--rate 50] [--rss-pods 10000] [--rss-nodes 1000]
+
+Runs `python -m binder` as a child process and measures, from a pod watch in this process:
+  backlog   — N Regular BindRequests created while the binder is stopped, then the binder starts:
+              binds/s from the first to the last pod bound;
+  paced     — BindRequests created at --rate per second against a running binder: latency from the
+              BindRequest create call returning to the pod's bind being seen on a watch (p50/p99);
+  fraction  — the same two, for Fraction BindRequests (two pods per GPU group) with an instant
+              reservation annotator standing in for the node;
+  rss       — binder RSS after its caches hold --rss-pods pods and --rss-nodes nodes.
+Prints a Markdown table for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path  # noqa: E402
+from common import names  # noqa: E402
+from testbed.controlplane import ControlPlane  # noqa: E402
+from testbed.kube import api_client, apply_crds  # noqa: E402
+
+CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
+RSV_NS = "kai-resource-reservation"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class BoundWatcher:
+    """Records when each pod of a namespace is first seen with spec.nodeName."""
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        self.client, self.namespace = client, namespace
+        self.bound: dict[str, float] = {}
+        self._stop = False
+        rv = client.get(pod_path(namespace), {"limit": "1"})["metadata"]["resourceVersion"]
+        self.thread = threading.Thread(target=self._run, args=(rv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, rv: str) -> None:
+        while not self._stop:
+            try:
+                for event in self.client.watch(pod_path(self.namespace), {"resourceVersion": rv,
+                                                                          "timeoutSeconds": "600"}):
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    name = obj["metadata"].get("name")
+                    if obj.get("spec", {}).get("nodeName") and name not in self.bound:
+                        self.bound[name] = time.monotonic()
+            except ApiError:
+                time.sleep(0.1)
+
+    def wait(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.bound) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if len(self.bound) < count:
+            raise RuntimeError(f"only {len(self.bound)}/{count} pods bound within {timeout}s")
+
+
+class Annotator:
+    """Writes a GPU UUID on every reservation pod as soon as it appears (an instant node)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        rv = "0"
+        while True:
+            try:
+                for event in self.client.watch(pod_path(RSV_NS), {"resourceVersion": rv, "timeoutSeconds": "600"}):
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] == "ADDED" and names.RESERVE_FOR_GPU_INDEX not in (
+                            obj["metadata"].get("annotations") or {}):
+                        self.client.patch(pod_path(RSV_NS, obj["metadata"]["name"]), {"metadata": {"annotations": {
+                            names.RESERVE_FOR_GPU_INDEX: "GPU-" + obj["metadata"]["uid"]}}})
+            except ApiError:
+                time.sleep(0.1)
+
+
+def create_namespace(client: KubeClient, name: str) -> None:
+    try:
+        client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as error:
+        if not error.already_exists:
+            raise
+
+
+def pod_body(name: str, fraction: bool) -> dict:
+    annotations = {}
+    container = {"name": "main", "image": "busybox"}
+    if fraction:
+        prefix = f"{name}-bcd2345-shared-gpu"
+        annotations = {names.GPU_FRACTION: "0.5", names.SHARED_GPU_CONFIGMAP: prefix}
+        container["env"] = [{"name": k, "valueFrom": {"configMapKeyRef": {"name": f"{prefix}-0", "key": k}}}
+                            for k in (names.NVIDIA_VISIBLE_DEVICES, names.GPU_PORTION, names.RUNAI_NUM_OF_GPUS)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME, "containers": [container]}}
+
+
+def br_body(name: str, node: str, fraction: bool, index: int) -> dict:
+    spec = {"podName": name, "selectedNode": node, "receivedResourceType": "Regular"}
+    if fraction:
+        spec.update(receivedResourceType="Fraction", selectedGPUGroups=[f"group-{index // 2}"],
+                    receivedGPU={"count": 1, "portion": "0.50"})
+    return {"apiVersion": "scheduling.run.ai/v1alpha2", "kind": "BindRequest", "metadata": {"name": name},
+            "spec": spec}
+
+
+def parallel(fn, items, threads: int = 16) -> None:
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, items))
+
+
+class Binder:
+    def __init__(self, plane: ControlPlane, args: argparse.Namespace, log: Path) -> None:
+        self.log = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "binder", "--kubeconfig", str(plane.admin_kubeconfig), "--qps", str(args.qps),
+             "--burst", str(args.burst), "--max-concurrent-reconciles", str(args.workers),
+             "--fake-gpu-nodes", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0",
+             "--log-level", "warning"],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, log: Path) -> dict:
+    create_namespace(client, ns)
+    parallel(lambda i: client.create(pod_path(ns), pod_body(f"p{i}", fraction)), range(args.count))
+    parallel(lambda i: client.create(bindrequest_path(ns), br_body(f"p{i}", nodes[i % len(nodes)], fraction, i)),
+             range(args.count))
+    watcher = BoundWatcher(client, ns)
+    binder = Binder(plane, args, log)
+    try:
+        watcher.wait(args.count, timeout=900)
+        times = sorted(watcher.bound.values())
+        return {"binds_per_s": (args.count - 1) / (times[-1] - times[0]), "rss_mib": binder.rss_mib()}
+    finally:
+        binder.stop()
+
+
+def run_paced(plane, client, args, ns: str, nodes: list[str], fraction: bool, log: Path) -> dict:
+    create_namespace(client, ns)
+    parallel(lambda i: client.create(pod_path(ns), pod_body(f"p{i}", fraction)), range(args.count))
+    watcher = BoundWatcher(client, ns)
+    binder = Binder(plane, args, log)
+    time.sleep(5)  # caches synced and workers started before the clock starts
+    created: dict[str, float] = {}
+    try:
+        start = time.monotonic()
+
+        def create(i: int) -> None:
+            time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
+            client.create(bindrequest_path(ns), br_body(f"p{i}", nodes[i % len(nodes)], fraction, i))
+            created[f"p{i}"] = time.monotonic()
+
+        parallel(create, range(args.count), threads=32)
+        watcher.wait(args.count, timeout=900)
+        latencies = [watcher.bound[name] - created[name] for name in created]
+        return {"p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99)}
+    finally:
+        binder.stop()
+
+
+def run_rss(plane, client, args, log: Path) -> float:
+    parallel(lambda i: client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                       "metadata": {"name": f"rss-node-{i}"}}), range(args.rss_nodes))
+    for chunk in range(0, args.rss_pods, 1000):
+        ns = f"rss-{chunk // 1000}"
+        create_namespace(client, ns)
+        parallel(lambda i, ns=ns: client.create(pod_path(ns), pod_body(f"p{i}", i % 2 == 0)),
+                 range(chunk, min(args.rss_pods, chunk + 1000)))
+    binder = Binder(plane, args, log)
+    try:
+        time.sleep(20)
+        return binder.rss_mib()
+    finally:
+        binder.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--qps", type=float, default=200)
+    parser.add_argument("--burst", type=int, default=400)
+    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=50, help="BindRequests per second in the paced runs")
+    parser.add_argument("--rss-pods", type=int, default=10000)
+    parser.add_argument("--rss-nodes", type=int, default=1000)
+    parser.add_argument("--only", default="backlog,paced,fraction,rss")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    log = Path(tempfile.mkdtemp(prefix="bench-binder-")) / "binder.log"
+    with ControlPlane(start_timeout=180) as plane:
+        apply_crds(api_client(plane), CRD)
+        client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
+        create_namespace(client, RSV_NS)
+        nodes = [f"bench-node-{i}" for i in range(10)]
+        for node in nodes:
+            client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+        rows = []
+        if "backlog" in only:
+            r = run_backlog(plane, client, args, "bl-regular", nodes, False, log)
+            rows.append(("Regular, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['rss_mib']:.0f}"))
+        if "paced" in only:
+            r = run_paced(plane, client, args, "pc-regular", nodes, False, log)
+            rows.append((f"Regular, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
+                         f"{r['p99_s'] * 1000:.0f}", ""))
+        if "fraction" in only:
+            Annotator(client)
+            r = run_backlog(plane, client, args, "bl-fraction", nodes, True, log)
+            rows.append(("Fraction, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['rss_mib']:.0f}"))
+            r = run_paced(plane, client, args, "pc-fraction", nodes, True, log)
+            rows.append((f"Fraction, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
+                         f"{r['p99_s'] * 1000:.0f}", ""))
+        if "rss" in only:
+            rss = run_rss(plane, client, args, log)
+            rows.append((f"RSS, {args.rss_pods} pods + {args.rss_nodes} nodes cached", "", "", "", f"{rss:.0f}"))
+    print(f"\nqps {args.qps:g}, burst {args.burst}, {args.workers} workers, {args.count} BindRequests per run\n")
+    print("| Run | binds/s | p50 ms | p99 ms | RSS MiB |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nbinder log: {log}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
