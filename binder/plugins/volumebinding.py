@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from binder.kube.client import ApiError
 from binder.plugins.base import BindContext, BindError
 
 NAME = "volumebinding"
@@ -37,7 +38,11 @@ class VolumeBindingPlugin:
     def prebind(self, ctx: BindContext) -> None:
         for claim in claim_names(ctx.pod):
             path = f"/api/v1/namespaces/{ctx.namespace}/persistentvolumeclaims/{claim}"
-            phase = (ctx.client.get(path).get("status") or {}).get("phase")
+            try:
+                phase = (ctx.client.get(path).get("status") or {}).get("phase")
+            except ApiError as error:
+                raise BindError(f"persistentvolumeclaim {ctx.namespace}/{claim} of pod "
+                                f"{ctx.namespace}/{ctx.pod_name}: {error}") from error
             if phase != "Bound":
                 raise BindError(
                     f"persistentvolumeclaim {ctx.namespace}/{claim} of pod {ctx.namespace}/{ctx.pod_name} is "
