@@ -64,5 +64,6 @@ def test_only_bound_claims_pass_volumebinding(api, namespace):
     api.patch(f"{path}/pvc-1/status", {"status": {"phase": "Bound"}})
     VolumeBindingPlugin(120).prebind(ctx)
     pod["spec"]["volumes"].append({"name": "more", "persistentVolumeClaim": {"claimName": "missing"}})
-    with pytest.raises(BindError, match=f'persistentvolumeclaim {namespace}/missing of pod {namespace}/p1: .*not found'):
+    missing = f"persistentvolumeclaim {namespace}/missing of pod {namespace}/p1: .*not found"
+    with pytest.raises(BindError, match=missing):
         VolumeBindingPlugin(120).prebind(ctx)
