@@ -10,12 +10,8 @@ signed by the same CA, so any user can be minted at any time.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +24,7 @@ import yaml
 
 from testbed.binaries import BinariesMissingError, binaries_dir, find_binary
 from testbed.pki import CertificateAuthority, CertPair, write_service_account_key
+from testbed.procs import free_ports, spawn, tail, terminate
 
 ADMIN_USER = "testbed-admin"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -41,7 +38,6 @@ WELL_KNOWN_SERVICE_ACCOUNTS: tuple[tuple[str, str], ...] = (
     ("testbed", "tester-2"),
 )
 GC_CONTROLLERS: tuple[str, ...] = ("garbage-collector-controller",)
-_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
 class ControlPlaneError(RuntimeError):
@@ -64,32 +60,6 @@ def service_account_username(namespace: str, name: str) -> str:
 
 def service_account_groups(namespace: str) -> tuple[str, ...]:
     return ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated")
-
-
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned apiservers if pytest is killed
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return "\n".join(text[-lines:])
 
 
 @dataclass
@@ -220,7 +190,7 @@ class ControlPlane:
     def stop(self, keep_workdir: bool = False) -> None:
         """Terminate every process group (SIGTERM, then SIGKILL) and remove a temp workdir."""
         for proc in reversed(self._procs):
-            _terminate(proc.popen)
+            terminate(proc.popen)
         for proc in self._procs:
             proc.popen.wait()
         self._procs.clear()
@@ -233,7 +203,7 @@ class ControlPlane:
         """The last ``lines`` lines of every process log, for error messages."""
         parts = [f"logs in {self.logs_dir}:"]
         for log in sorted(self.logs_dir.glob("*.log")):
-            parts.append(f"----- {log} (last {lines} lines) -----\n{_tail(log, lines)}")
+            parts.append(f"----- {log} (last {lines} lines) -----\n{tail(log, lines)}")
         return "\n".join(parts)
 
     # ----------------------------------------------------------------- internals
@@ -249,7 +219,7 @@ class ControlPlane:
         write_service_account_key(pki / "sa.key", pki / "sa.pub")
         self.logs_dir.mkdir(exist_ok=True)
         shutil.rmtree(self.workdir / "etcd", ignore_errors=True)  # always a fresh cluster
-        self.port, etcd_client, etcd_peer = _free_ports(3)
+        self.port, etcd_client, etcd_peer = free_ports(3)
         self._etcd_ports = (etcd_client, etcd_peer)
         self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         users = [User(ADMIN_USER, ("system:masters",), secrets.token_hex(24))]
@@ -266,15 +236,8 @@ class ControlPlane:
         self.write_kubeconfig(self.admin_kubeconfig)
 
     def _spawn(self, name: str, argv: list[str]) -> _Process:
-        env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
-        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         log = self.logs_dir / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent,
-            )
-        proc = _Process(name, popen, log)
+        proc = _Process(name, spawn(argv, log, self.workdir), log)
         self._procs.append(proc)
         return proc
 
@@ -365,7 +328,7 @@ class ControlPlane:
             raise ControlPlaneError("start() the control plane before the controller manager")
         binary = find_binary("kube-controller-manager", self._binaries)
         serving = self._ca.issue_serving("controller-manager", ["localhost"], ["127.0.0.1"])
-        (port,) = _free_ports(1)
+        (port,) = free_ports(1)
         kubeconfig = str(self.admin_kubeconfig)
         self._spawn("kube-controller-manager", [
             str(binary), f"--kubeconfig={kubeconfig}",
@@ -406,19 +369,3 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
         return path
-
-
-def _terminate(popen: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    if popen.poll() is not None:
-        return
-    try:
-        os.killpg(popen.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        popen.wait(grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
