@@ -98,7 +98,9 @@ def _decode_entry(value: Any) -> PluginConfig:
         elif field == "priority":
             entry.priority = _decode_priority(field_value)
         elif field == "arguments":
-            entry.arguments = _decode_arguments(field_value)
+            decoded = _decode_arguments(field_value)
+            # Go reuses a map already decoded for a repeated key and keeps its entries; null resets it.
+            entry.arguments = None if decoded is None else {**(entry.arguments or {}), **decoded}
     return entry
 
 

@@ -182,3 +182,15 @@ def test_every_reference_plugin_has_a_builder():
 def test_already_decoded_overrides_are_accepted():
     overrides = parse_plugins_flag('{"hamicore":{"enabled":true}}')
     assert names_of(build_plugins(overrides))[-1] == "hamicore"
+
+
+def test_repeated_arguments_keys_merge_like_go_maps():
+    overrides = parse_plugins_flag('{"gpusharing":{"arguments":{"a":"1"},"Arguments":{"cdiEnabled":"true"}}}')
+    assert overrides["gpusharing"].arguments == {"a": "1", "cdiEnabled": "true"}
+    overrides = parse_plugins_flag('{"gpusharing":{"arguments":{"a":"1"},"arguments":null}}')
+    assert overrides["gpusharing"].arguments is None
+
+
+def test_repeated_plugin_entries_replace_each_other():
+    overrides = parse_plugins_flag('{"gpusharing":{"priority":5},"gpusharing":{"enabled":false}}')
+    assert overrides == {"gpusharing": PluginConfig(enabled=False, priority=None, arguments=None)}
