@@ -226,3 +226,31 @@ def test_group_labels_of_a_recreated_pod_are_not_touched(api, namespace, service
     create_pod(api, namespace, fraction_pod_body("p1", labels={"runai-gpu-group": "g9"}))
     service.remove_pod_gpu_groups_connection(old)
     assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {"runai-gpu-group": "g9"}
+
+
+def test_already_exists_on_create_means_reuse(api, namespace, rsv_namespace, service):
+    # A pod with the deterministic name that the label query does not find (e.g. its label was edited away).
+    plain_pod(api, rsv_namespace, reservation_pod_name("n1", "g1"), node="n1")
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with Annotator(api, rsv_namespace) as annotator:
+        gpu = service.reserve_gpu_device(fraction, "n1", "g1")
+    assert gpu == annotator.served[reservation_pod_name("n1", "g1")]
+    assert len(api.get(pod_path(rsv_namespace))["items"]) == 1
+
+
+class StaleOrphanReads(StaleReads):
+    """A cache that shows a fraction pod but has not seen its new reservation pod yet."""
+
+    def __init__(self, fraction_pod):
+        super().__init__(fraction_pod)
+
+
+def test_a_stale_cache_never_deletes_a_fraction_pod_whose_reservation_the_api_server_has(
+        api, namespace, rsv_namespace, scale_namespace, crds):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    user = plain_pod(api, namespace, "user", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
+                                                          scale_adjust_namespace=scale_namespace),
+                                 reads=StaleOrphanReads(user))
+    service.sync_for_gpu_group("g1")
+    assert get_pod(api, namespace, "user")["metadata"].get("deletionTimestamp") is None
