@@ -68,3 +68,16 @@ DEFAULT_NAMESPACE = "kai-scheduler"
 DEFAULT_RESERVATION_NAMESPACE = "kai-resource-reservation"
 DEFAULT_SCALE_ADJUST_NAMESPACE = "kai-scale-adjust"
 QUEUE_LABEL = "kai.scheduler/queue"
+
+# Volume binding (binder plugin volumebinding): Kubernetes' own names, as the scheduler and PV controller use them.
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+BOUND_BY_CONTROLLER_ANNOTATION = "pv.kubernetes.io/bound-by-controller"
+BIND_COMPLETED_ANNOTATION = "pv.kubernetes.io/bind-completed"
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+VOLUME_BINDING_WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+# Dynamic resource allocation (binder plugin dynamicresources).
+RESOURCE_API_GROUP = "resource.k8s.io"
+RESOURCE_API_VERSION = "v1"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+RESOURCE_CLAIM_DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
