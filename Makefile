@@ -14,3 +14,8 @@ k8s-binaries:
 
 test: install k8s-binaries
 	$(PYTHON) -m pytest -q
+
+.PHONY: demo
+# The product end to end on a local control plane; add ARGS=--keep-running to stay up until Ctrl-C.
+demo: install k8s-binaries
+	$(PYTHON) -m testbed.demo $(ARGS)
