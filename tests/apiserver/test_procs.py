@@ -34,7 +34,11 @@ def test_spawned_child_dies_when_its_starter_is_killed(tmp_path: Path) -> None:
                                stdout=subprocess.PIPE, text=True)
     assert starter.stdout is not None
     child = int(starter.stdout.readline())
-    assert _alive(child)
+    # setpriv sets PDEATHSIG and then execs; once the child is "sleep", the signal is armed.
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}/comm").read_text().strip() != "sleep":
+        assert time.monotonic() < deadline, "setpriv never exec'd the child"
+        time.sleep(0.01)
     assert os.getpgid(child) == child  # its own process group, so teardown can kill the group
     starter.send_signal(signal.SIGKILL)  # no atexit, no finally: only PDEATHSIG can clean up
     starter.wait()
