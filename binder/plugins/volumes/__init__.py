@@ -1,0 +1,1 @@
+"""Volume binding for the volumebinding plugin: pure decisions (matching, plan) and the API steps (apply)."""
