@@ -85,7 +85,9 @@ def _volumebinding(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlu
 def _dynamicresources(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
     from binder.plugins.dynamicresources import DynamicResourcesPlugin
 
-    return DynamicResourcesPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS))
+    # With a client, the plugin asks discovery whether resource.k8s.io is served (off otherwise).
+    return DynamicResourcesPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS),
+                                  client=deps.get("client"))
 
 
 def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
