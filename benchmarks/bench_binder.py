@@ -127,6 +127,11 @@ def br_body(name: str, node: str, fraction: bool, index: int) -> dict:
             "spec": spec}
 
 
+def node_of(nodes: list[str], index: int) -> str:
+    """Pods 2k and 2k+1 share GPU group k, so they go to the same node."""
+    return nodes[(index // 2) % len(nodes)]
+
+
 def parallel(fn, items, threads: int = 16) -> None:
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(fn, items))
@@ -156,7 +161,7 @@ class Binder:
 def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, log: Path) -> dict:
     create_namespace(client, ns)
     parallel(lambda i: client.create(pod_path(ns), pod_body(f"p{i}", fraction)), range(args.count))
-    parallel(lambda i: client.create(bindrequest_path(ns), br_body(f"p{i}", nodes[i % len(nodes)], fraction, i)),
+    parallel(lambda i: client.create(bindrequest_path(ns), br_body(f"p{i}", node_of(nodes, i), fraction, i)),
              range(args.count))
     watcher = BoundWatcher(client, ns)
     binder = Binder(plane, args, log)
@@ -180,7 +185,7 @@ def run_paced(plane, client, args, ns: str, nodes: list[str], fraction: bool, lo
 
         def create(i: int) -> None:
             time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
-            client.create(bindrequest_path(ns), br_body(f"p{i}", nodes[i % len(nodes)], fraction, i))
+            client.create(bindrequest_path(ns), br_body(f"p{i}", node_of(nodes, i), fraction, i))
             created[f"p{i}"] = time.monotonic()
 
         parallel(create, range(args.count), threads=32)
@@ -207,6 +212,14 @@ def run_rss(plane, client, args, log: Path) -> float:
         binder.stop()
 
 
+class Rows(list):
+    """Table rows, each also printed as soon as it is measured (a long run keeps what it has)."""
+
+    def append(self, row: tuple) -> None:
+        super().append(row)
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=1000)
@@ -227,7 +240,7 @@ def main() -> int:
         nodes = [f"bench-node-{i}" for i in range(10)]
         for node in nodes:
             client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-        rows = []
+        rows = Rows()
         if "backlog" in only:
             r = run_backlog(plane, client, args, "bl-regular", nodes, False, log)
             rows.append(("Regular, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['rss_mib']:.0f}"))
