@@ -139,3 +139,69 @@ def test_ledger_keeps_a_volume_for_one_pod_at_a_time():
     ledger.release("pod-1")
     ledger.hold("pod-2", ["pv-1"])
     assert ledger.held() == {"pv-1": "pod-2"}
+
+
+class ScriptedWatchClient:
+    """Answers the wait's list and watch calls from a script: one listing per list, one event list per watch."""
+
+    def __init__(self, listings, watches):
+        self.listings, self.watches, self.calls = list(listings), list(watches), []
+
+    def get(self, path, params=None):
+        self.calls.append(("list", path))
+        return self.listings.pop(0)
+
+    def watch(self, path, params=None, read_timeout=None):
+        self.calls.append(("watch", params["resourceVersion"]))
+        yield from self.watches.pop(0)
+
+
+def bound(name, volume="pv-1"):
+    done = claim(name, volumeName=volume, annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
+    done["status"] = {"phase": "Bound"}
+    return done
+
+
+def test_wait_follows_the_watch_and_relists_after_an_expired_one():
+    from binder.plugins.k8swrapper import Deadline
+    from binder.plugins.volumes.apply import wait_until_bound
+
+    asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
+    client = ScriptedWatchClient(
+        listings=[{"metadata": {"resourceVersion": "10"}, "items": [asked]},
+                  {"metadata": {"resourceVersion": "20"}, "items": [asked]}],
+        watches=[[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+                  {"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}],
+                 [{"type": "MODIFIED", "object": claim("unrelated")}, {"type": "MODIFIED", "object": bound("data")}]])
+    wait_until_bound(client, "ns", {"data": None}, "node-a", Deadline(60, clock=lambda: 0.0))
+    assert client.calls == [("list", "/api/v1/namespaces/ns/persistentvolumeclaims"), ("watch", "10"),
+                            ("list", "/api/v1/namespaces/ns/persistentvolumeclaims"), ("watch", "20")]
+
+
+def test_wait_fails_as_soon_as_the_provisioner_gives_up():
+    from binder.plugins.k8swrapper import Deadline
+    from binder.plugins.volumes.apply import wait_until_bound
+
+    asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
+    client = ScriptedWatchClient(listings=[{"metadata": {"resourceVersion": "10"}, "items": [asked]}],
+                                 watches=[[{"type": "MODIFIED", "object": claim()}]])
+    with pytest.raises(vp.VolumeBindingError, match="provisioning failed for persistentvolumeclaim ns/data"):
+        wait_until_bound(client, "ns", {"data": None}, "node-a", Deadline(60, clock=lambda: 0.0))
+
+
+def test_wait_gives_up_at_the_deadline_naming_the_claims_still_unbound():
+    from binder.plugins.k8swrapper import Deadline
+    from binder.plugins.volumes.apply import wait_until_bound
+
+    now = [0.0]
+    asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
+
+    def silent_watch_until_the_deadline():
+        now[0] = 5.0
+        yield from ()
+
+    client = ScriptedWatchClient(listings=[{"metadata": {"resourceVersion": "10"}, "items": [asked]}],
+                                 watches=[silent_watch_until_the_deadline()])
+    with pytest.raises(vp.VolumeBindingError, match="^binding volumes: timed out after 5s waiting for "
+                                                    "persistentvolumeclaims ns/data to be bound$"):
+        wait_until_bound(client, "ns", {"data": None}, "node-a", Deadline(5, clock=lambda: now[0]))
