@@ -8,6 +8,7 @@ everything else (unknown paths, wrong methods) goes to the Flask app.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,6 +22,7 @@ from admission.settings import Settings
 MUTATE_PATH = "/mutate--v1-pod"
 VALIDATE_PATH = "/validate--v1-pod"
 
+log = logging.getLogger("admission.server")
 _CHUNK = 1 << 16
 _DRAIN_LIMIT = 64 * 1024 * 1024
 
@@ -70,7 +72,12 @@ class WebhookApp:
         reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
                         self.plugins)
         payload = json.dumps(reply.review).encode()
-        metrics.observe(path, reply.outcome, reply.plugin, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        metrics.observe(path, reply.outcome, reply.plugin, elapsed)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("admission request answered", extra={
+                "webhook": path, "uid": reply.review["response"].get("uid"),
+                "fields": {"outcome": reply.outcome, "seconds": round(elapsed, 6)}})
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
         return [payload]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import requests
 
 from certs.pki import generate_directory
+from testbed.procs import die_with_parent
 
 
 def free_port() -> int:
@@ -56,7 +57,7 @@ class AdmissionProcess:
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child owns it)
-        self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        self._process = subprocess.Popen(die_with_parent(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                          cwd=str(Path(__file__).resolve().parent.parent), env=dict(os.environ))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

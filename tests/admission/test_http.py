@@ -80,14 +80,24 @@ def test_protocol_errors_over_tls(webhook, session):
     assert huge.status_code == 200 and huge.json()["response"]["status"]["code"] == 413
 
 
+def allowed_validations(webhook) -> float:
+    metrics = requests.get(f"http://127.0.0.1:{webhook.metrics_port}/metrics", timeout=5).text
+    found = re.search(r'fracgpu_admission_requests_total\{endpoint="/validate--v1-pod",outcome="allowed"\} (\S+)',
+                      metrics)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_many_requests_on_one_keep_alive_connection_and_metrics_add_up_across_workers(webhook, session):
-    for index in range(40):
+    before = allowed_validations(webhook)
+    for index in range(40):  # one keep-alive connection: one worker
         answer = session.post(f"{webhook.url}/validate--v1-pod", json=review(f"k{index}", fraction_pod()))
         assert answer.json()["response"]["allowed"] is True
+    for index in range(40):  # a connection each: spread over both workers
+        session.close()
+        answer = session.post(f"{webhook.url}/validate--v1-pod", json=review(f"n{index}", fraction_pod()))
+        assert answer.json()["response"]["allowed"] is True
+    assert allowed_validations(webhook) - before == 80
     metrics = requests.get(f"http://127.0.0.1:{webhook.metrics_port}/metrics", timeout=5).text
-    allowed = re.search(r'fracgpu_admission_requests_total\{endpoint="/validate--v1-pod",outcome="allowed"\} (\S+)',
-                        metrics)
-    assert allowed and float(allowed.group(1)) >= 40
     denied = re.search(r'fracgpu_admission_denials_total\{plugin="gpusharing"\} (\S+)', metrics)
     assert denied and float(denied.group(1)) >= 1
     assert "fracgpu_admission_request_duration_seconds_bucket" in metrics
@@ -103,6 +113,8 @@ def test_denials_are_logged_as_json_with_the_pod(webhook, session):
     lines = [json.loads(line) for line in webhook.log_path.read_text().splitlines() if line.startswith("{")]
     denial = [line for line in lines if line.get("uid") == "u-log"]
     assert denial and denial[0]["level"] == "info" and denial[0]["pod"] == "trainer"
+    answered = [line for line in lines if line.get("msg") == "admission request answered"]
+    assert answered and all(line["level"] == "debug" for line in answered)
     assert denial[0]["namespace"] == "team" and denial[0]["plugin"] == "gpusharing"
     assert all("spec" not in json.dumps(line) for line in lines if line["level"] == "info")
 
