@@ -57,8 +57,9 @@ class AdmissionProcess:
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child owns it)
-        self._process = subprocess.Popen(die_with_parent(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=str(Path(__file__).resolve().parent.parent), env=dict(os.environ))
+        self._process = subprocess.Popen(die_with_parent(argv), stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
+                                         env=dict(os.environ))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
