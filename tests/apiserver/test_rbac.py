@@ -283,7 +283,10 @@ def test_whole_flow_runs_on_the_shipped_rbac(control_plane, installed, namespace
         assert configmap["data"]["CUDA_DEVICE_MEMORY_LIMIT"] == "20480m"  # 40960 MiB x 0.5, hamicore
         assert admin.get(f"/api/v1/namespaces/{namespace}/configmaps/{prefix}-0-evar").ok
 
-        # 8. and not one call was refused on the way.
+        # 8. a whole-GPU pod with a bound PersistentVolumeClaim: volumebinding reads claims and volumes.
+        bind_volume_pod(admin, namespace, node, br_path)
+
+        # 9. and not one call was refused on the way.
         assert forbidden_responses(f"http://127.0.0.1:{metrics}/metrics") == [], binder.tail()
         assert "forbidden" not in binder.log.read_text().lower(), binder.tail()
         assert "forbidden" not in reserver.log.read_text().lower(), reserver.tail()
@@ -296,6 +299,48 @@ def test_whole_flow_runs_on_the_shipped_rbac(control_plane, installed, namespace
             admin.delete(f"/api/v1/namespaces/{RESERVATION}/pods/{pod['metadata']['name']}",
                          params={"gracePeriodSeconds": "0"})
         admin.close()
+
+
+def bind_volume_pod(admin: requests.Session, namespace: str, node: str, br_path: str) -> None:
+    volume = f"pv-{uuid.uuid4().hex[:8]}"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    admin.post("/api/v1/persistentvolumes", json={
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "hostPath": {"path": "/tmp/data"},
+                 "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace,
+                              "name": "data"}}}).raise_for_status()
+    admin.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", json={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}}}).raise_for_status()
+    # The PV controller's part: both sides Bound.
+    admin.patch(f"/api/v1/persistentvolumes/{volume}/status", json={"status": {"phase": "Bound"}},
+                headers=merge).raise_for_status()
+    admin.patch(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data/status", headers=merge, json={
+        "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}}
+    ).raise_for_status()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "with-volume"},
+           "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME,
+                    "containers": [{"name": "main", "image": "cuda:12",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}
+    assert admin.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).status_code == 201
+    assert admin.post(br_path, json={
+        "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}", "kind": names.BINDREQUEST_KIND,
+        "metadata": {"name": "with-volume", "namespace": namespace},
+        "spec": {"podName": "with-volume", "selectedNode": node, "receivedResourceType": names.RECEIVED_TYPE_REGULAR,
+                 "receivedGPU": {"count": 1, "portion": "1"}}}).status_code == 201
+
+    def bound() -> dict | None:
+        status = admin.get(f"{br_path}/with-volume").json().get("status") or {}
+        assert status.get("phase") != names.PHASE_FAILED, status
+        return status if status.get("phase") == names.PHASE_SUCCEEDED else None
+
+    wait_for("the BindRequest of the pod with a volume to succeed", bound, 60)
+    assert admin.get(f"/api/v1/namespaces/{namespace}/pods/with-volume").json()["spec"]["nodeName"] == node
+    admin.delete(f"/api/v1/persistentvolumes/{volume}")
 
 
 def set_pod_running_admin(control_plane: Any, name: str) -> None:
