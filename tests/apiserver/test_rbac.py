@@ -11,7 +11,8 @@ ServiceAccount, with the arguments its Deployment/Job carries:
   binder.reservation (kai-resource-reservation)  writes the (fake) GPU UUID onto its reservation pod
 
 and a fraction pod goes the whole way: created through the webhook -> BindRequest (as the scheduler
-would) -> reservation pod -> bound with its ConfigMaps filled. Any refused call fails the test: the
+would) -> reservation pod -> bound with its ConfigMaps filled; then a whole-GPU pod with a bound
+PersistentVolumeClaim (volumebinding's reads). Any refused call fails the test: the
 binder's API-request metric must show no 403, the reservation program must still be running, and the
 certs program must exit 0. A second test shows calls outside each role being refused.
 """
