@@ -1,11 +1,13 @@
 """`python -m certs` on the real apiserver, as its own ServiceAccount under the shipped RBAC:
-idempotent, renews inside the window, repairs a caBundle, and `verify` catches a leaf used as a CA."""
+idempotent, renews inside the window, repairs a caBundle, `verify` catches a leaf used as a CA, and a
+renewed certificate is served by the running webhook (no restart) and verifies against the caBundle."""
 
 from __future__ import annotations
 
 import base64
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,10 @@ import pytest
 from test_rbac import SYSTEM, WEBHOOKS, kubeconfig_for
 
 from certs.checks import load_certificates
+from certs.ensure import served_certificate
 from testbed.kube import http_session
 from testbed.manifests import MANIFESTS, apply, render
+from testbed.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 
@@ -137,3 +141,32 @@ def test_a_certificate_without_the_service_names_is_replaced(certs, certs_object
     assert "webhook.example.com" in extended.stderr
     checked = certs("verify", "--host=webhook.example.com")
     assert checked.returncode == 0, checked.stderr
+
+
+def copy_secret_to(admin, directory: Path) -> None:
+    """The kubelet's part: the Secret's files in the webhook's certificate directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for key in ("tls.key", "tls.crt", "ca.crt"):
+        temporary = directory / f".{key}.new"
+        temporary.write_bytes(secret_value(admin, "fracgpu-admission-tls", key))
+        temporary.replace(directory / key)
+
+
+def test_renewed_certificate_is_served_without_a_restart_and_verifies(certs, certs_objects, tmp_path):
+    assert certs("ensure", "--days=10", "--renew-before-days=1", "--host=127.0.0.1").returncode == 0
+    cert_dir = tmp_path / "admission" / "certs"
+    copy_secret_to(certs_objects, cert_dir)
+    with AdmissionProcess(tmp_path / "admission", workers=1, threads=2) as admission:
+        old = load_certificates(served_certificate(admission.url), "served")[0].serial_number
+        assert certs("verify", "--host=127.0.0.1", f"--url={admission.url}").returncode == 0
+        renewed = certs("ensure", "--renew-before-days=30", "--host=127.0.0.1")
+        assert renewed.returncode == 0, renewed.stderr
+        copy_secret_to(certs_objects, cert_dir)
+        new = load_certificates(secret_value(certs_objects, "fracgpu-admission-tls", "tls.crt"), "new")[0]
+        assert new.serial_number != old
+        deadline = time.monotonic() + 30
+        while load_certificates(served_certificate(admission.url), "served")[0].serial_number != new.serial_number:
+            assert time.monotonic() < deadline, "the webhook still serves the old certificate"
+            time.sleep(0.5)
+        checked = certs("verify", "--host=127.0.0.1", f"--url={admission.url}")
+        assert checked.returncode == 0, checked.stderr
