@@ -106,6 +106,9 @@ def test_every_container_runs_non_root_on_a_read_only_root_filesystem(documents)
         assert main["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                            "capabilities": {"drop": ["ALL"]}}
         assert main["args"][0] in ("admission", "binder", "certs")
+        # Python and gunicorn need a writable /tmp when the root filesystem is read-only.
+        tmp = next(m["name"] for m in main["volumeMounts"] if m["mountPath"] == "/tmp")
+        assert next(v for v in pod["volumes"] if v["name"] == tmp) == {"name": tmp, "emptyDir": {}}
 
 
 def test_hamicore_component_turns_it_on_in_both_programs_and_only_there():
