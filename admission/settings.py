@@ -26,7 +26,7 @@ class Settings:
     health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
     metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
     workers: int = 2
-    threads: int = 8
+    threads: int = 2
     log_format: str = "json"
     log_level: str = "info"
 
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-probe-bind-address", default=":8081")
     parser.add_argument("--metrics-bind-address", default=":8080")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per worker")
+    parser.add_argument("--threads", type=int, default=2, help="threads per worker")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     # Accepted so the reference's deployments start us unchanged; they mean nothing to a webhook.

@@ -1,6 +1,6 @@
 """Admission webhook throughput and latency over TLS keep-alive, measured with wrk.
 
-    python benchmarks/bench_admission.py [--duration 20] [--connections 16] [--workers 2] [--threads 8]
+    python benchmarks/bench_admission.py [--duration 20] [--connections 16] [--workers 2] [--threads 2]
 
 Starts the real server (gunicorn, TLS) on 127.0.0.1 and runs wrk against /mutate--v1-pod with a
 fractional pod and with a pod of another scheduler. Prints a Markdown table for docs/benchmarks.md.
@@ -73,7 +73,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--wrk-threads", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: apt-get install -y wrk")

@@ -26,7 +26,7 @@ def free_port() -> int:
 class AdmissionProcess:
     """`python -m admission` on free 127.0.0.1 ports with a fresh CA and serving certificate."""
 
-    def __init__(self, workdir: Path, args: Sequence[str] = (), workers: int = 2, threads: int = 8) -> None:
+    def __init__(self, workdir: Path, args: Sequence[str] = (), workers: int = 2, threads: int = 2) -> None:
         self.workdir = Path(workdir)
         self.cert_dir = self.workdir / "certs"
         self.args = list(args)
