@@ -24,6 +24,7 @@ from binder.leader import LeaderElector
 from binder.metrics import BinderMetrics
 from binder.pipeline import Pipeline
 from binder.probes import HttpEndpoint, health_routes, metrics_routes
+from binder.reporter import BackgroundReporter
 from binder.settings import Settings
 from common import names
 
@@ -65,13 +66,15 @@ class BinderApp:
         self.identity = settings.identity or default_identity()
         self.caches = Caches.build(client)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
-        self.record_event = EventRecorder(client, self.identity, on_drop=self.metrics.events_dropped.inc)
+        self.record_event = EventRecorder(client.background(), self.identity,
+                                          on_drop=self.metrics.events_dropped.inc)
+        self.reporter = BackgroundReporter()
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event)
+                                                self.record_event, self.reporter)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
         self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
@@ -233,6 +236,7 @@ class BinderApp:
         finished = not any(thread.is_alive() for thread in self.workers)
         if not finished:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
+        self.reporter.flush(min(10.0, timeout))
         self.record_event.flush(min(5.0, timeout))
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)

@@ -17,6 +17,7 @@ from binder.kube.cache import Caches
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, Pipeline
+from binder.reporter import BackgroundReporter
 from common import names
 
 log = logging.getLogger("binder.controller")
@@ -39,12 +40,15 @@ class Attempt:
 
 class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
-                 record_event: Any) -> None:
+                 record_event: Any, reporter: BackgroundReporter | None = None) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
         self.metrics = metrics
         self.record_event = record_event
+        # Success reports (status, condition) use spare tokens only; see binder/reporter.py.
+        self.reporter = reporter
+        self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
 
     # ------------------------------------------------------------------ reconcile
@@ -135,40 +139,50 @@ class BindRequestController:
             self.metrics.bind_attempts.labels(outcome="failure", reason=attempt.step).inc()
             if not decision.retry:
                 self._first_seen.pop(key, None)
-        self._write_status(bind_request, decision, fields)
         pod_report = st.report(bind_request, attempt.error)
-        if attempt.pod is not None:
-            self._write_condition(attempt.pod, pod_report, fields)
-            self.record_event(attempt.pod, pod_report.event_type, pod_report.reason, pod_report.message)
+        if attempt.error is None and self.reporter is not None:
+            self.reporter.submit(lambda: self._write_outcome(bind_request, decision, attempt.pod, pod_report,
+                                                             fields, self._report_client))
+        else:
+            self._write_outcome(bind_request, decision, attempt.pod, pod_report, fields, self.client)
+        if decision.retry:
+            self.metrics.retries.inc()
+        return Result(retry=decision.retry)
+
+    def _write_outcome(self, bind_request: dict[str, Any], decision: st.StatusDecision,
+                       pod: dict[str, Any] | None, pod_report: st.PodReport, fields: dict[str, Any],
+                       client: KubeClient) -> None:
+        self._write_status(bind_request, decision, fields, client)
+        if pod is not None:
+            self._write_condition(pod, pod_report, fields, client)
+            self.record_event(pod, pod_report.event_type, pod_report.reason, pod_report.message)
         else:
             # No pod to tell: the Warning goes on the BindRequest itself.
             about = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
                      "kind": names.BINDREQUEST_KIND, "metadata": bind_request.get("metadata") or {}}
             self.record_event(about, pod_report.event_type, pod_report.reason, pod_report.message)
-        if decision.retry:
-            self.metrics.retries.inc()
-        return Result(retry=decision.retry)
 
     def _write_status(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                      fields: dict[str, Any]) -> None:
+                      fields: dict[str, Any], client: KubeClient) -> None:
         body = decision.patch(st.status(bind_request))
         if body is None:
             return
         meta = bind_request["metadata"]
         try:
-            updated = self.client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
+            updated = client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
         except ApiError as error:
             log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
             return
         self.caches.bindrequests.store_local(updated)
 
-    def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any]) -> None:
+    def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any],
+                         client: KubeClient) -> None:
         condition = pod_report.condition((pod.get("status") or {}).get("conditions"), st.now_rfc3339())
         if condition is None:
             return
         meta = pod["metadata"]
         try:
-            self.client.patch(pod_path(meta["namespace"], meta["name"], "status"),
+            client.patch(pod_path(meta["namespace"], meta["name"], "status"),
                               {"status": {"conditions": [condition]}}, patch_type="strategic")
         except ApiError as error:
             log.warning("could not set the PodBound condition: %s", error, extra=fields)

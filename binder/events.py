@@ -1,6 +1,7 @@
 """Kubernetes Events (core/v1), sent by a small background sender so a bind never waits on them.
 
-Events go through the same client, and so the same token bucket, as every other call. The send queue is
+Events go through the same client, and so the same token bucket, as every other call, but take only the
+tokens the bind path leaves over (KubeClient.background()). The send queue is
 bounded; when it is full an event is dropped, logged and counted rather than blocking a worker.
 """
 

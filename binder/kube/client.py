@@ -8,6 +8,7 @@ Authentication and TLS come from a kubeconfig or the in-cluster service account,
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -104,6 +105,25 @@ class TokenBucket:
         if delay > 0:
             self._sleep(delay)
 
+    def acquire_spare(self) -> None:
+        """Take a token only when no reserving caller is owed one: background work yields to binds.
+
+        Reserving callers push the count below zero and are served in order; a spare caller waits until
+        a whole token is free again, so under load it gets only what the bind path leaves over.
+        """
+        if self.rate <= 0:
+            return
+        while True:
+            with self._lock:
+                now = self._clock()
+                self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+                self._last = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                wait = (1.0 - self._tokens) / self.rate
+            self._sleep(max(wait, 0.001))
+
 
 def _error_from_response(method: str, path: str, response: requests.Response) -> ApiError:
     try:
@@ -149,6 +169,14 @@ class KubeClient:
         self.session.headers["User-Agent"] = "fracgpu-binder"
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
+        self._spare_tokens_only = False
+
+    def background(self) -> KubeClient:
+        """The same client (session, credentials, bucket) for work that may wait for the bind path:
+        its calls use only tokens the bind path leaves over (TokenBucket.acquire_spare)."""
+        view = copy.copy(self)
+        view._spare_tokens_only = True
+        return view
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -196,7 +224,10 @@ class KubeClient:
 
     def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
               timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
-        self.bucket.acquire()
+        if self._spare_tokens_only:
+            self.bucket.acquire_spare()
+        else:
+            self.bucket.acquire()
         headers = self._auth_headers()
         data = None
         if body is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from binder.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
 from binder.kube.client import TokenBucket
 from binder.kube.workqueue import ExponentialBackoff, WorkQueue
@@ -24,6 +26,24 @@ def test_token_bucket_allows_the_burst_then_spaces_calls_at_the_rate():
     clock.now = 10.0  # refills, but never beyond the burst
     assert [bucket.reserve() for _ in range(4)] == [0.0, 0.0, 0.0, 0.1]
     assert TokenBucket(0, 1).reserve() == 0.0
+
+
+def test_spare_tokens_go_to_background_work_only_when_no_bind_is_owed_one():
+    clock = Clock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    bucket = TokenBucket(10, 2, clock=clock, sleep=sleep)
+    bucket.acquire_spare()  # a full token is free: taken at once
+    assert slept == []
+    assert bucket.reserve() == 0.0  # the bind path takes the last token...
+    assert bucket.reserve() == pytest.approx(0.1)  # ...and is owed the next one
+    bucket.acquire_spare()  # background waits until that debt is paid and a whole token is free again
+    assert sum(slept) == pytest.approx(0.2)
+    assert bucket.reserve() == pytest.approx(0.1)  # nothing was taken from the bind path's turn
 
 
 def test_backoff_doubles_from_base_to_max_and_resets_on_forget():
