@@ -10,10 +10,8 @@ got. Everything stops on exit or Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import base64
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,15 +26,21 @@ import requests
 from common import names
 from testbed.controlplane import ControlPlane
 from testbed.kube import KubeSession, http_session
+from testbed.local_deploy import (
+    RESERVATION,
+    SYSTEM,
+    Program,
+    kubeconfig_for,
+    point_webhooks_at,
+    run_certs,
+    shipped_args,
+)
+from testbed.manifests import MANIFESTS, apply, find, render
 from testbed.webhook import AdmissionProcess, free_port
-from testbed.webhook_registration import local_webhook_configurations
 
-ROOT = Path(__file__).resolve().parent.parent
-CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 GPU_MEMORY_MIB = 40960
 NODES = ("gpu-node-1", "gpu-node-2")
 DEMO_NAMESPACE = "demo"
-RESERVATION_NAMESPACE = names.DEFAULT_RESERVATION_NAMESPACE
 BINDREQUESTS = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}/namespaces/{DEMO_NAMESPACE}/bindrequests"
 
 
@@ -65,7 +69,7 @@ class Demo:
         self.workdir = workdir
         self.keep_running = keep_running
         self.control_plane = ControlPlane(workdir=workdir / "control-plane")
-        self.children: list[subprocess.Popen] = []
+        self.programs: list[Program] = []
         self.admission: AdmissionProcess | None = None
         self.stop_event = threading.Event()
         self.session: KubeSession | None = None
@@ -79,42 +83,64 @@ class Demo:
         self.session = http_session(self.control_plane)
         return self.session
 
-    def apply_manifests(self, session: KubeSession) -> None:
-        say("applying manifests: BindRequest CRD, namespaces, runtime class")
-        from testbed.kube import api_client, apply_crds
-
-        api = api_client(self.control_plane)
-        apply_crds(api, CRD)
-        for namespace in (DEMO_NAMESPACE, RESERVATION_NAMESPACE):
-            ensure(session, "/api/v1/namespaces",
-                   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    def apply_manifests(self, session: KubeSession) -> list[dict[str, Any]]:
+        say("applying manifests/overlays/hamicore (CRD, namespaces, RBAC, deployments, webhook registrations)")
+        documents = render(MANIFESTS / "overlays" / "hamicore")
+        apply(session, documents)
+        ensure(session, "/api/v1/namespaces",
+               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NAMESPACE}})
         ensure(session, "/apis/node.k8s.io/v1/runtimeclasses",
                {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
                 "handler": "nvidia"})
+        return documents
 
-    def start_admission(self, session: KubeSession) -> None:
-        say("creating the webhook CA and serving certificate (python -m certs generate)")
+    def run_certs(self, session: KubeSession, documents: list[dict[str, Any]]) -> Path:
+        say("python -m certs ensure, as ServiceAccount fracgpu-certs: CA, serving certificate, Secret, caBundle")
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-certs")
+        job = find(documents, "Job", "fracgpu-certs")["spec"]["template"]["spec"]["containers"][0]["args"]
+        result = run_certs(kubeconfig, [*job[1:], "--host", "127.0.0.1"], self.workdir / "certs.log")
+        if result.returncode != 0:
+            raise RuntimeError(f"certs ensure failed:\n{result.stdout}{result.stderr}")
+        secret = session.get(f"/api/v1/namespaces/{SYSTEM}/secrets/fracgpu-admission-tls").json()
         cert_dir = self.workdir / "admission" / "certs"
-        subprocess.run([sys.executable, "-m", "certs", "generate", "--dir", str(cert_dir), "--host", "127.0.0.1"],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        say("starting the admission webhook (gunicorn, TLS) with gpu sharing and hamicore enabled")
-        self.admission = AdmissionProcess(self.workdir / "admission",
-                                          ["--gpu-sharing-enabled", "--hami-core-enabled"]).start()
-        for configuration in local_webhook_configurations(self.admission.url, (cert_dir / "ca.crt").read_bytes()):
-            kind = configuration["kind"].lower() + "s"
-            ensure(session, f"/apis/admissionregistration.k8s.io/v1/{kind}", configuration)
-        say(f"webhook registered at {self.admission.url}")
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        for key, value in secret["data"].items():  # what the kubelet would mount from the Secret
+            (cert_dir / key).write_bytes(base64.b64decode(value))
+        return cert_dir
 
-    def start_binder(self) -> None:
-        say("starting the binder with the hamicore plugin enabled")
-        log = open(self.workdir / "binder.log", "ab")  # noqa: SIM115 (the child keeps it)
-        argv = [sys.executable, "-m", "binder", "--kubeconfig", str(self.control_plane.admin_kubeconfig),
-                "--plugins", json.dumps({"hamicore": {"enabled": True}}), "--fake-gpu-nodes",
-                "--resource-reservation-namespace", RESERVATION_NAMESPACE,
-                "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
-                "--metrics-bind-address", f"127.0.0.1:{free_port()}", "--log-format", "json"]
-        self.children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                              start_new_session=True))
+    def start_admission(self, session: KubeSession, documents: list[dict[str, Any]]) -> None:
+        _, args = shipped_args(documents, "Deployment", "fracgpu-admission")
+        say(f"starting the admission webhook (gunicorn, TLS) with its Deployment's flags: {' '.join(args)}")
+        self.admission = AdmissionProcess(self.workdir / "admission", args).start()
+        point_webhooks_at(session, documents, self.admission.url)
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "annotations": {
+            names.GPU_FRACTION: "0.5"}}, "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME,
+                                                  "containers": [{"name": "c", "image": "x"}]}}
+
+        def webhook_called() -> bool:
+            answer = session.post(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods?dryRun=All", json=probe)
+            return answer.ok and names.SHARED_GPU_CONFIGMAP in answer.json()["metadata"].get("annotations", {})
+
+        wait_for("the apiserver to call the webhook", webhook_called, timeout=30)
+        say(f"webhook registrations point at {self.admission.url}, trusted through the caBundle certs wrote")
+
+    def start_binder(self, documents: list[dict[str, Any]]) -> None:
+        module, args = shipped_args(documents, "Deployment", "fracgpu-binder")
+        say(f"starting the binder as ServiceAccount fracgpu-binder with its Deployment's flags: {' '.join(args)}")
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-binder")
+        health = free_port()
+        self.programs.append(Program(
+            [module, *args, "--kubeconfig", str(kubeconfig), f"--health-probe-bind-address=127.0.0.1:{health}",
+             f"--metrics-bind-address=127.0.0.1:{free_port()}"], self.workdir / "binder.log",
+            env={"POD_NAMESPACE": SYSTEM}))
+
+        def ready() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for("the binder to be ready (caches synced, leader lease held)", ready, timeout=60)
 
     def create_nodes(self, session: KubeSession) -> None:
         from testbed.kube import api_client, create_gpu_node
@@ -126,13 +152,14 @@ class Demo:
 
     # ------------------------------------------------------------------ the node's part
     def play_nodes(self) -> None:
-        """Run the real reservation program (fake-GPU mode) for each reservation pod, as the kubelet would."""
-        kubeconfig = str(self.control_plane.admin_kubeconfig)
-        served: set[str] = set()
+        """The kubelet's part for reservation pods: mark them Running and start the real reservation
+        program in each (fake-GPU mode, as ServiceAccount kai-resource-reservation)."""
         assert self.session is not None
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, RESERVATION, RESERVATION)
+        served: set[str] = set()
         while not self.stop_event.is_set():
             try:
-                pods = self.session.get(f"/api/v1/namespaces/{RESERVATION_NAMESPACE}/pods").json().get("items", [])
+                pods = self.session.get(f"/api/v1/namespaces/{RESERVATION}/pods").json().get("items", [])
             except requests.RequestException:
                 pods = []
             for pod in pods:
@@ -140,16 +167,14 @@ class Demo:
                 if name in served or pod["metadata"].get("deletionTimestamp"):
                     continue
                 served.add(name)
-                env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": RESERVATION_NAMESPACE,
-                       "FRACGPU_FAKE_GPU": "true"}
-                log = open(self.workdir / f"reservation-{name}.log", "ab")  # noqa: SIM115
-                self.children.append(subprocess.Popen(
-                    [sys.executable, "-m", "binder.reservation", "--kubeconfig", kubeconfig, "--fake-gpu"],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
                 try:
-                    set_pod_running_raw(self.session, RESERVATION_NAMESPACE, name)
+                    set_pod_running_raw(self.session, RESERVATION, name)
                 except requests.RequestException:
                     served.discard(name)
+                    continue
+                self.programs.append(Program(
+                    ["binder.reservation", "--fake-gpu", "--kubeconfig", str(kubeconfig)],
+                    self.workdir / f"reservation-{name}.log", env={"POD_NAME": name, "POD_NAMESPACE": RESERVATION}))
             self.stop_event.wait(0.2)
 
     # ------------------------------------------------------------------ the workload
@@ -201,7 +226,7 @@ class Demo:
             prefix = pod["metadata"]["annotations"][names.SHARED_GPU_CONFIGMAP]
             data = session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/configmaps/{prefix}-0").json().get("data") or {}
             group = pod["metadata"].get("labels", {}).get(names.GPU_GROUP_LABEL, "")
-            reservations = session.get(f"/api/v1/namespaces/{RESERVATION_NAMESPACE}/pods",
+            reservations = session.get(f"/api/v1/namespaces/{RESERVATION}/pods",
                                        params={"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"}).json()["items"]
             gpu_id = ",".join(reservation["metadata"].get("annotations", {}).get(names.RESERVE_FOR_GPU_INDEX, "?")
                               for reservation in reservations)
@@ -215,9 +240,10 @@ class Demo:
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> int:
         session = self.start_control_plane()
-        self.apply_manifests(session)
-        self.start_admission(session)
-        self.start_binder()
+        documents = self.apply_manifests(session)
+        self.run_certs(session, documents)
+        self.start_admission(session, documents)
+        self.start_binder(documents)
         self.create_nodes(session)
         threading.Thread(target=self.play_nodes, name="node-player", daemon=True).start()
         submitted = self.submit(session)
@@ -227,23 +253,15 @@ class Demo:
         print()
         if self.keep_running:
             say(f"still running; admin kubeconfig: {self.control_plane.admin_kubeconfig} — Ctrl-C to stop")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            while True:  # Ctrl-C (KeyboardInterrupt) or SIGTERM ends it; stop() cleans up
+                time.sleep(1)
         return 0
 
     def stop(self) -> None:
         say("stopping binder, webhook, reservation programs and control plane")
         self.stop_event.set()
-        for child in self.children:
-            if child.poll() is None:
-                try:
-                    os.killpg(child.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for child in self.children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
+        for program in self.programs:
+            program.stop()
         if self.admission is not None:
             self.admission.stop()
         self.control_plane.stop()
