@@ -23,10 +23,10 @@ from binder.kube.workqueue import ExponentialBackoff, WorkQueue
 from binder.leader import LeaderElector
 from binder.metrics import BinderMetrics
 from binder.pipeline import Pipeline
-from binder.probes import HttpEndpoint, health_routes, metrics_routes
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
 from common import names
+from common.probes import HttpEndpoint, health_routes, metrics_routes
 
 log = logging.getLogger("binder")
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import requests
 
 from common import names
 from testbed.controlplane import ControlPlane
-from testbed.kube import KubeSession, http_session
+from testbed.kube import KubeSession, http_session, wait_for
 from testbed.local_deploy import (
     RESERVATION,
     SYSTEM,
@@ -46,16 +45,6 @@ BINDREQUESTS = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}/nam
 
 def say(message: str) -> None:
     print(f"==> {message}", flush=True)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.3)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def ensure(session: KubeSession, collection: str, body: dict[str, Any]) -> None:

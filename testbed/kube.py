@@ -12,7 +12,7 @@ import datetime
 import itertools
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +111,20 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _wait_until(what: str, predicate: Any, timeout: float, interval: float = 0.2) -> None:
+class WaitTimeout(AssertionError):
+    """A condition a test or the demo waited for did not come true in time."""
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy, and return that; raise WaitTimeout after `timeout`."""
     deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
         time.sleep(interval)
+    raise WaitTimeout(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
 # --------------------------------------------------------------------------- namespaces
@@ -192,7 +200,7 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 60.0) ->
             raise
         return False
 
-    _wait_until(f"namespace {name} to be deleted", gone, timeout)
+    wait_for(f"namespace {name} to be deleted", gone, timeout, interval=0.2)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -329,4 +337,4 @@ def wait_for_crd_established(api: client.ApiClient, name: str, timeout: float = 
         conditions = (_raw(api, "GET", path).get("status") or {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
-    _wait_until(f"CRD {name} to be Established", established, timeout)
+    wait_for(f"CRD {name} to be Established", established, timeout, interval=0.2)

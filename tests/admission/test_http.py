@@ -104,7 +104,7 @@ def test_many_requests_on_one_keep_alive_connection_and_metrics_add_up_across_wo
 
 
 def test_health_and_readiness(webhook):
-    assert requests.get(f"http://127.0.0.1:{webhook.health_port}/healthz", timeout=5).text == "ok"
+    assert requests.get(f"http://127.0.0.1:{webhook.health_port}/healthz", timeout=5).text.strip() == "ok"
     assert requests.get(f"http://127.0.0.1:{webhook.health_port}/readyz", timeout=5).status_code == 200
 
 

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
 from common import names
-from testbed.kube import api_client, http_session, set_pod_running
+from testbed.kube import api_client, http_session, set_pod_running, wait_for
 from testbed.local_deploy import (
     RESERVATION,
     SYSTEM,
@@ -47,17 +46,6 @@ from testbed.webhook import AdmissionProcess, free_port
 
 pytestmark = pytest.mark.apiserver
 
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from binder.plugins.base import GPU_IDS, BindContext
 from common import names
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last value {last!r}")
+from testbed.kube import wait_for  # noqa: F401 - re-exported for the tests
 
 
 def fraction_pod_body(name: str, *, prefix: str | None = "job-abc1234-shared-gpu", devices_from_cm: bool = True,

@@ -6,28 +6,16 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common import names
+from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
 class NodePlayer:
