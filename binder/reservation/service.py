@@ -222,6 +222,9 @@ class ReservationService:
                         raise ReservationError("reservation pod was deleted")
                     if kind in ("ADDED", "MODIFIED") and gpu_id_of(obj):
                         return gpu_id_of(obj)
+                    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                        # A terminating pod's program is being stopped; it will never report a GPU.
+                        raise ReservationError("reservation pod is being deleted")
                     if time.monotonic() >= deadline:
                         break
         except (ApiError, ReservationError) as error:

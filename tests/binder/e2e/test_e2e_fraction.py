@@ -165,6 +165,22 @@ def test_reservation_pod_deleted_while_waiting_fails_the_attempt(binder, kube, n
     assert "failed waiting for GPU reservation pod to allocate" in br["status"]["reason"]
 
 
+def test_reservation_pod_terminating_while_waiting_fails_the_attempt(binder, kube, namespace, reservation_namespace,
+                                                                      make_gpu_node, node_player):
+    # With a grace period the pod only gets a deletionTimestamp (no kubelet here to finish it), as on a
+    # real node while its program is being stopped: it will never report a GPU, so do not wait for it.
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "t3", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "60")
+    make_bind_request(kube, namespace, "t3", node, fraction_groups=["gt"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gt"))
+    wait_for("reservation pod created", lambda: exists(kube, rsv))
+    kube.delete(rsv, params={"gracePeriodSeconds": "30"})
+    br = wait_phase(kube, namespace, "t3", names.PHASE_FAILED, attempts=1, timeout=20)
+    assert "failed waiting for GPU reservation pod to allocate" in br["status"]["reason"]
+
+
 def test_rollback_deletes_configmaps_and_group_labels(binder, kube, namespace, reservation_namespace, make_gpu_node,
                                                       node_player):
     node = make_gpu_node()["metadata"]["name"]
