@@ -74,10 +74,15 @@ for t in "${missing[@]}"; do
     if [[ "$moddir" == "k8s" ]]; then
         ldflags+="$version_ldflags"
     fi
+    # A heartbeat, so a first build that takes minutes never looks hung.
+    ( while sleep 30; do log "... still building $name ($((SECONDS - start)) s so far)"; done ) &
+    heartbeat=$!
     (
         cd "$ROOT/$moddir"
         CGO_ENABLED=0 go build -p "$PARALLEL" -trimpath -ldflags "$ldflags" -o "$partial/$name" "$pkg"
-    )
+    ) || { kill "$heartbeat" 2>/dev/null; exit 1; }
+    kill "$heartbeat" 2>/dev/null || true
+    wait "$heartbeat" 2>/dev/null || true
     # Move into place only when complete, so an interrupted build never leaves a
     # binary that the idempotency check would accept.
     mv -f "$partial/$name" "$CACHE/$name"
