@@ -281,12 +281,17 @@ def _slim_meta(meta: dict) -> dict:
     return meta
 
 
+POD_STATUS_FIELDS_READ = ("conditions", "resourceClaimStatuses", "extendedResourceClaimStatus")
+
+
 def slim_pod(pod: dict) -> dict:
-    """Keep metadata, spec and the status fields the binder reads (phase, conditions)."""
+    """Keep metadata, spec and the status fields the binder reads: phase, conditions (scale-up check,
+    PodBound), and the DRA claim statuses dynamicresources resolves template claims through."""
     status = pod.get("status") or {}
     slim_status = {"phase": status.get("phase", "")}
-    if status.get("conditions"):
-        slim_status["conditions"] = status["conditions"]
+    for key in POD_STATUS_FIELDS_READ:
+        if status.get(key):
+            slim_status[key] = status[key]
     return {"metadata": _slim_meta(pod.get("metadata") or {}), "spec": pod.get("spec") or {},
             "status": slim_status}
 

@@ -146,3 +146,17 @@ def test_store_local_never_goes_back_in_time():
 def test_slim_node_keeps_labels_and_drops_status():
     node = {"metadata": {"name": "n", "labels": {"l": "v"}}, "status": {"images": ["x"] * 100}}
     assert slim_node(node) == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"l": "v"}}}
+
+
+def test_slim_pod_keeps_the_resource_claim_statuses_dra_binds_read():
+    """dynamicresources resolves a template claim through pod.status.resourceClaimStatuses (reference 9.10);
+    the controller hands plugins the cached pod, so the cache must keep it."""
+    from binder.plugins.draclaims import claim_name_for
+
+    pod = {"metadata": {"namespace": "ns", "name": "p"},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+           "status": {"phase": "Pending", "containerStatuses": [{"name": "c"}],
+                      "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x7k2"}]}}
+    slim = slim_pod(pod)
+    assert "containerStatuses" not in slim["status"]
+    assert claim_name_for(slim, "gpu") == "p-gpu-x7k2"
