@@ -103,7 +103,7 @@ class BinderApp:
         """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
         if st.is_fraction(bind_request):
             for group in st.spec(bind_request).get("selectedGPUGroups") or []:
-                if isinstance(group, str) and group:
+                if st.is_group_name(group):
                     self.group_queue.add(group)
 
     def _relevant(self, pod: dict) -> bool:

@@ -81,7 +81,7 @@ class BindRequestController:
         spec = st.spec(bind_request)
         namespace = bind_request["metadata"]["namespace"]
         pod_name = spec.get("podName")
-        if isinstance(pod_name, str) and pod_name:
+        if st.pod_name_problem(bind_request) is None:
             # Read the pod first, so even a malformed BindRequest is reported on the pod it is about.
             attempt.pod = self._read(self.caches.pods.get(namespace, pod_name), pod_path(namespace, pod_name))
             if attempt.pod is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,13 +76,46 @@ def should_enqueue_update(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return failed_attempts(new) < failed_attempts(old)
 
 
-def validate(bind_request: dict[str, Any]) -> str | None:
-    """What makes this BindRequest impossible to bind as written, or None."""
-    s = spec(bind_request)
-    if not isinstance(s.get("podName"), str) or not s.get("podName"):
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def is_object_name(name: Any) -> bool:
+    """A DNS subdomain (RFC 1123), what the API server requires of pod and node names."""
+    return isinstance(name, str) and len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def is_group_name(group: Any) -> bool:
+    """Usable as the `runai-gpu-group` label value and as the name part of `runai-gpu-group/<group>`."""
+    return isinstance(group, str) and len(group) <= 63 and _LABEL_VALUE.fullmatch(group) is not None
+
+
+def pod_name_problem(bind_request: dict[str, Any]) -> str | None:
+    """Why spec.podName cannot name a pod, or None. Checked before the name is put in any request path."""
+    pod_name = spec(bind_request).get("podName")
+    if not isinstance(pod_name, str) or not pod_name:
         return "invalid binding request: spec.podName is empty"
-    if not isinstance(s.get("selectedNode"), str) or not s.get("selectedNode"):
+    if not is_object_name(pod_name):
+        return f'invalid binding request: spec.podName "{pod_name}" is not a valid pod name'
+    return None
+
+
+def validate(bind_request: dict[str, Any]) -> str | None:
+    """What makes this BindRequest impossible to bind as written, or None.
+
+    Names go into request paths and label selectors, so they must be what the API server allows: a node
+    "n1/status" would read node n1 and then bind the pod to a node that does not exist.
+    """
+    s = spec(bind_request)
+    problem = pod_name_problem(bind_request)
+    if problem:
+        return problem
+    node = s.get("selectedNode")
+    if not isinstance(node, str) or not node:
         return "invalid binding request: spec.selectedNode is empty"
+    if not is_object_name(node):
+        return f'invalid binding request: spec.selectedNode "{node}" is not a valid node name'
     if not is_fraction(bind_request):
         return None
     groups = s.get("selectedGPUGroups")
@@ -89,6 +123,9 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         return "no SelectedGPUGroups for fractional pod: invalid binding request"
     if not all(isinstance(g, str) and g for g in groups):
         return f"invalid binding request: spec.selectedGPUGroups {groups!r} must be non-empty strings"
+    for group in groups:
+        if not is_group_name(group):
+            return f'invalid binding request: spec.selectedGPUGroups "{group}" is not a valid label value'
     received = s.get("receivedGPU")
     if not isinstance(received, dict):
         return "invalid binding request: Fraction BindRequest without spec.receivedGPU"

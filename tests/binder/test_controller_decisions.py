@@ -114,3 +114,25 @@ def test_bind_annotations_and_binding_body():
 def test_lease_decision(spec, observed_for, take, transitions):
     verdict = decide(spec, "me", observed_for)
     assert (verdict.take, verdict.transitions) == (take, transitions)
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ({"podName": "p/status"}, 'invalid binding request: spec.podName "p/status" is not a valid pod name'),
+    ({"podName": "p?dryRun=All"}, 'invalid binding request: spec.podName "p?dryRun=All" is not a valid pod name'),
+    ({"selectedNode": "n1/status"}, 'invalid binding request: spec.selectedNode "n1/status" is not a valid node name'),
+    ({"selectedNode": "N1"}, 'invalid binding request: spec.selectedNode "N1" is not a valid node name'),
+    ({"receivedResourceType": "Fraction", "receivedGPU": {"portion": "0.5"}, "selectedGPUGroups": ["g1,!other"]},
+     'invalid binding request: spec.selectedGPUGroups "g1,!other" is not a valid label value'),
+    ({"receivedResourceType": "Fraction", "receivedGPU": {"portion": "0.5"}, "selectedGPUGroups": ["g" * 64]},
+     f'invalid binding request: spec.selectedGPUGroups "{"g" * 64}" is not a valid label value'),
+])
+def test_names_used_in_request_paths_and_label_selectors_must_be_valid(spec, reason):
+    """They go into URLs and label selectors: `n1/status` would read node n1 and bind the pod to a node
+    that does not exist; `g1,!other` would select another group's reservation pod."""
+    assert st.validate(br(spec)) == reason
+
+
+def test_scheduler_written_names_are_valid():
+    assert st.validate(br({"podName": "job-0.x-1", "selectedNode": "ip-10-0-0-1.ec2.internal"})) is None
+    assert st.validate(br({"receivedResourceType": "Fraction", "receivedGPU": {"portion": "0.50"},
+                           "selectedGPUGroups": ["3f0c8a4e-5b1d-4c2e-9f7a-1b2c3d4e5f60", "G_1.a"]})) is None

@@ -127,6 +127,27 @@ def test_bad_bind_request_ends_failed_with_a_clear_reason_and_the_binder_keeps_w
     assert app.workers and all(t.is_alive() for t in app.workers)
 
 
+@pytest.mark.parametrize("odd", ["podName", "selectedNode"])
+def test_a_name_that_is_not_an_object_name_never_reaches_another_object(binder, kube, namespace, make_gpu_node, odd):
+    """`victim/status` as a name would read (and report on, or bind to) the object `victim` through its
+    status subresource; such a BindRequest fails before any request is built from it."""
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "victim")
+    binder()
+    spec_extra = {"podName": "victim/status"} if odd == "podName" else {"selectedNode": f"{node}/status"}
+    make_bind_request(kube, namespace, "victim", node, name="odd", spec_extra=spec_extra)
+    br = wait_phase(kube, namespace, "odd", names.PHASE_FAILED, attempts=1)
+    value = spec_extra[odd]
+    assert br["status"]["reason"] == (f'invalid binding request: spec.{odd} "{value}" is not a valid '
+                                      f'{"pod" if odd == "podName" else "node"} name')
+    victim = kube.get(pod_path(namespace, "victim"))
+    assert not victim["spec"].get("nodeName")
+    if odd == "podName":
+        events = wait_for("Warning event", lambda: events_for(kube, namespace, "odd", kind="BindRequest"))
+        assert events[0]["type"] == "Warning" and br["status"]["reason"] in events[0]["message"]
+        assert pod_condition(victim) is None and events_for(kube, namespace, "victim") == []
+
+
 def test_deleted_bind_request_is_forgotten(binder, kube, namespace):
     make_pod(kube, namespace, "p1")
     app = binder()
