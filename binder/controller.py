@@ -143,16 +143,23 @@ class BindRequestController:
         if attempt.error is None and self.reporter is not None:
             self.reporter.submit(lambda: self._write_outcome(bind_request, decision, attempt.pod, pod_report,
                                                              fields, self._report_client))
-        else:
-            self._write_outcome(bind_request, decision, attempt.pod, pod_report, fields, self.client)
-        if decision.retry:
+            return Result()
+        written = self._write_outcome(bind_request, decision, attempt.pod, pod_report, fields, self.client)
+        retry = decision.retry
+        if attempt.error is not None and not written:
+            # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.
+            log.warning("failed attempt not recorded in the BindRequest status; retrying", extra=fields)
+            self._first_seen.setdefault(key, time.monotonic())
+            retry = True
+        if retry:
             self.metrics.retries.inc()
-        return Result(retry=decision.retry)
+        return Result(retry=retry)
 
     def _write_outcome(self, bind_request: dict[str, Any], decision: st.StatusDecision,
                        pod: dict[str, Any] | None, pod_report: st.PodReport, fields: dict[str, Any],
-                       client: KubeClient) -> None:
-        self._write_status(bind_request, decision, fields, client)
+                       client: KubeClient) -> bool:
+        """Write status, condition and event; return whether the status write succeeded (or was not needed)."""
+        written = self._write_status(bind_request, decision, fields, client)
         if pod is not None:
             self._write_condition(pod, pod_report, fields, client)
             self.record_event(pod, pod_report.event_type, pod_report.reason, pod_report.message)
@@ -161,19 +168,21 @@ class BindRequestController:
             about = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
                      "kind": names.BINDREQUEST_KIND, "metadata": bind_request.get("metadata") or {}}
             self.record_event(about, pod_report.event_type, pod_report.reason, pod_report.message)
+        return written
 
     def _write_status(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                      fields: dict[str, Any], client: KubeClient) -> None:
+                      fields: dict[str, Any], client: KubeClient) -> bool:
         body = decision.patch(st.status(bind_request))
         if body is None:
-            return
+            return True
         meta = bind_request["metadata"]
         try:
             updated = client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
         except ApiError as error:
             log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
-            return
+            return False
         self.caches.bindrequests.store_local(updated)
+        return True
 
     def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any],
                          client: KubeClient) -> None:

@@ -13,7 +13,7 @@ from binder_e2e_kit import (
     wait_phase,
 )
 
-from binder.kube.client import bindrequest_path, pod_path
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common import names
 
 pytestmark = pytest.mark.apiserver
@@ -69,6 +69,29 @@ def test_backoff_limit_three_persists_every_failed_attempt_then_stops(binder, ku
     warnings = wait_for("three Warning events", lambda: len(events_for(kube, namespace, "p1")) == 3 and
                         events_for(kube, namespace, "p1"))
     assert {e["type"] for e in warnings} == {"Warning"}
+
+
+def test_a_failure_whose_status_write_failed_is_attempted_again(binder, kube, namespace):
+    """The failure must reach status.failedAttempts (DECISIONS 2.1): when the status write itself fails,
+    the BindRequest comes back with backoff instead of being forgotten with no status at all."""
+
+    class StatusWriteFailsOnce(KubeClient):
+        failures_left = 1
+
+        def patch(self, path, body, patch_type="merge"):
+            if "/bindrequests/" in path and path.endswith("/status") and StatusWriteFailsOnce.failures_left:
+                StatusWriteFailsOnce.failures_left -= 1
+                raise ApiError(500, "InternalError", "etcdserver: request timed out")
+            return super().patch(path, body, patch_type)
+
+    make_pod(kube, namespace, "p1")
+    app = binder(client_class=StatusWriteFailsOnce)
+    make_bind_request(kube, namespace, "p1", "no-such-node")
+    br = wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1, timeout=15)
+    assert StatusWriteFailsOnce.failures_left == 0
+    assert br["status"]["reason"] == 'nodes "no-such-node" not found'
+    wait_for("queue settled", lambda: _settled(app))
+    assert get_bind_request(kube, namespace, "p1")["status"]["failedAttempts"] == 1
 
 
 def test_retry_that_succeeds_clears_the_reason_and_keeps_the_count(binder, kube, namespace, make_gpu_node):
