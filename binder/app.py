@@ -151,7 +151,8 @@ class BinderApp:
                 self.group_queue.forget(group)
                 self.metrics.group_syncs.labels(outcome="success").inc()
             except Exception as error:  # noqa: BLE001
-                log.warning("failed to sync reservation of gpu group %s: %s", group, error)
+                log.warning("failed to sync reservation of gpu group %s: %s", group, error,
+                            extra={"fields": {"group": group}})
                 self.metrics.group_syncs.labels(outcome="failure").inc()
                 self.group_queue.add_rate_limited(group)
             finally:

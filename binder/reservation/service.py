@@ -52,6 +52,12 @@ def _ref(obj: Obj) -> str:
     return f"{_meta(obj).get('namespace', '')}/{_meta(obj).get('name', '')}"
 
 
+def _log_fields(pod: Obj, group: str) -> Obj:
+    """`extra=` for a log line about `pod`: its namespace, name and node, and the group."""
+    return {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"),
+            "node": (pod.get("spec") or {}).get("nodeName"), "fields": {"group": group}}
+
+
 def pod_was_replaced(error: ApiError) -> bool:
     """A patch carrying the uid of a pod that has since been deleted and re-created under the same name."""
     return error.status == 422 and "metadata.uid" in error.message
@@ -119,21 +125,19 @@ class ReservationService:
         state = gc.group_state(group_pods)
         if state is gc.GroupState.ORPHAN_FRACTION_PODS:
             for pod in group_pods.running:
-                log.warning("Warning: Found pod without reservation, deleting",
-                            extra={"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"),
-                                   "fields": {"group": group}})
+                log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(pod, group))
                 self._delete_pod(pod, grace_zero=False)
         elif state is gc.GroupState.UNUSED_RESERVATION:
             try:
                 bind_requests = self.api.bind_requests_of_group(group)
             except ApiError as error:
                 raise ReservationError(f"failed to list BindRequests: {error}") from error
+            reservation = group_pods.reservation or {}
             if gc.has_active_bind_request(bind_requests, group):
                 log.info("Skipping reservation pod deletion, active BindRequests exist",
-                         extra={"fields": {"group": group}})
+                         extra=_log_fields(reservation, group))
                 return
-            reservation = group_pods.reservation or {}
-            log.info("deleting unused reservation pod %s", _ref(reservation), extra={"fields": {"group": group}})
+            log.info("deleting unused reservation pod %s", _ref(reservation), extra=_log_fields(reservation, group))
             try:
                 self._delete_pod(reservation, grace_zero=True)
             except ApiError as error:

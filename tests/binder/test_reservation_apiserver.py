@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from partb_kit import Annotator, bind_request, create_pod, fraction_pod_body, get_pod, plain_pod, set_phase
 
@@ -168,6 +170,16 @@ def test_running_fraction_pod_without_reservation_is_deleted_pending_one_is_kept
     orphan = get_pod(api, namespace, "orphan")
     assert orphan is None or orphan["metadata"].get("deletionTimestamp")  # default grace: terminating
     assert get_pod(api, namespace, "waiting")["metadata"].get("deletionTimestamp") is None
+
+
+def test_gc_deletions_are_logged_with_the_pod_its_namespace_and_node(api, namespace, rsv_namespace, service, caplog):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    plain_pod(api, namespace, "orphan", labels={"runai-gpu-group": "g2"}, node="n1", phase="Running")
+    with caplog.at_level(logging.INFO, logger="binder.reservation"):
+        service.sync_for_node("n1")
+    logged = {(r.namespace, r.pod, r.node) for r in caplog.records
+              if "deleting" in r.getMessage() and hasattr(r, "pod") and hasattr(r, "node")}
+    assert logged == {(rsv_namespace, reservation_pod_name("n1", "g1"), "n1"), (namespace, "orphan", "n1")}
 
 
 class StaleReads:
