@@ -30,7 +30,7 @@ def random_suffix() -> str:
 def _prefix_base(pod: dict[str, Any], container_index: int) -> str:
     metadata = pod.get("metadata") or {}
     owners = metadata.get("ownerReferences") or []
-    base = (owners[0] or {}).get("name", "") if owners else metadata.get("name") or ""
+    base = ((owners[0] or {}).get("name") if owners else metadata.get("name")) or ""
     if not base and not owners:
         # A generateName pod has no name yet at admission; its generateName is the best readable stem.
         # (The reference uses "" here and produces an invalid name starting with "-".)
@@ -66,7 +66,7 @@ def existing_capabilities_configmap_name(pod: dict[str, Any], ref: ContainerRef)
     annotations = annotations_of(pod)
     if names.SHARED_GPU_CONFIGMAP not in annotations:
         metadata = pod.get("metadata") or {}
-        raise MissingConfigMapPrefix(metadata.get("namespace", ""), metadata.get("name", ""))
+        raise MissingConfigMapPrefix(metadata.get("namespace") or "", metadata.get("name") or "")
     return capabilities_configmap_name(annotations[names.SHARED_GPU_CONFIGMAP], ref)
 
 

@@ -56,6 +56,6 @@ def fraction_container_ref(pod: dict[str, Any]) -> ContainerRef:
     spec = pod.get("spec") or {}
     for init, key in ((True, "initContainers"), (False, "containers")):
         for index, container in enumerate(spec.get(key) or []):
-            if (container or {}).get("name") == wanted:
+            if ((container or {}).get("name") or "") == wanted:
                 return ContainerRef(init=init, index=index)
     raise FractionContainerNotFound(wanted)

@@ -62,14 +62,14 @@ class DeviceAccess:
                 value = env.get("value") or ""
                 if value and value not in _ALLOWED_VALUES:
                     raise Denied(
-                        f"container {container.get('name', '')} has an environment variable "
+                        f"container {container.get('name') or ''} has an environment variable "
                         f"NVIDIA_VISIBLE_DEVICES defined with a value of {value}. This is forbidden due to "
                         "conflicts with Nvidia's device plugin. The only values that are allowed are "
                         "'void' or 'none'"
                     )
                 if not value and env.get("valueFrom") is not None:
                     raise Denied(
-                        f"container {container.get('name', '')} has an environment variable "
+                        f"container {container.get('name') or ''} has an environment variable "
                         "NVIDIA_VISIBLE_DEVICES defined with a valueFrom reference. This is forbidden due "
                         "to possible conflicts with Nvidia's device plugin"
                     )

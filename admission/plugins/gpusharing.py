@@ -20,7 +20,7 @@ class GpuSharing:
         if not self.gpu_sharing_enabled and is_fraction_pod(pod):
             metadata = pod.get("metadata") or {}
             raise Denied(
-                f"attempting to create a pod {metadata.get('namespace', '')}/{metadata.get('name', '')} "
+                f"attempting to create a pod {metadata.get('namespace') or ''}/{metadata.get('name') or ''} "
                 "with gpu sharing request, while GPU sharing is disabled"
             )
         message = validate_gpu_requests(pod)

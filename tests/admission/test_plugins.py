@@ -258,3 +258,41 @@ def test_registry_order_and_gating():
     minimal = build_plugins(gpu_sharing_enabled=False, hami_core_enabled=False,
                             block_nvidia_visible_devices=False, runtime_class_name="")
     assert [p.name for p in minimal] == ["gpusharing"]
+
+
+# JSON null where the reference reads a Go string: Go decodes null as "", so messages and names must too.
+
+def test_gpusharing_owner_reference_with_null_name_is_an_empty_base_not_a_crash():
+    pod = fraction_pod(ownerReferences=[{"kind": "Job", "name": None}])
+    GpuSharing(True).mutate(pod)
+    prefix = pod["metadata"]["annotations"]["runai/shared-gpu-configmap"]
+    assert re.fullmatch(r"[bcdfghjklmnpqrstvwxz2456789]{7}-shared-gpu", prefix)
+
+
+def test_null_namespace_and_name_read_as_empty_in_messages():
+    pod = fraction_pod(namespace=None, name=None)
+    with pytest.raises(Denied) as denied:
+        GpuSharing(False).validate(pod)
+    assert str(denied.value) == (
+        "attempting to create a pod / with gpu sharing request, while GPU sharing is disabled")
+    with pytest.raises(Denied) as missing:
+        HamiCore().mutate(fraction_pod(namespace=None, name=None))
+    assert str(missing.value) == "no desired configmap name found in pod / annotations"
+
+
+def test_deviceaccess_message_names_a_nameless_container_as_empty():
+    pod = {"metadata": {}, "spec": {"containers": [
+        {"name": None, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}
+    with pytest.raises(Denied) as denied:
+        DeviceAccess().validate(pod)
+    assert str(denied.value).startswith("container  has an environment variable NVIDIA_VISIBLE_DEVICES")
+
+
+def test_empty_fraction_container_name_matches_a_nameless_container():
+    # Go compares container.Name ("" when absent) with the annotation value literally.
+    pod = fraction_pod({"gpu-fraction-container-name": ""}, containers=[{"name": "main"}, {"image": "x"}])
+    GpuSharing(True).mutate(pod)
+    assert "env" not in pod["spec"]["containers"][0]
+    assert [e["name"] for e in pod["spec"]["containers"][1]["env"]] == [
+        "NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION"]
+    assert pod["spec"]["volumes"][0]["name"].endswith("-shared-gpu-1-vol")
