@@ -296,3 +296,19 @@ def test_empty_fraction_container_name_matches_a_nameless_container():
     assert [e["name"] for e in pod["spec"]["containers"][1]["env"]] == [
         "NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION"]
     assert pod["spec"]["volumes"][0]["name"].endswith("-shared-gpu-1-vol")
+
+
+@pytest.mark.parametrize("quantity", [None, "m", ".", "+", "E3", "0", "0.0", "-0"])
+def test_deviceaccess_zero_quantities_go_accepts_are_no_gpu(quantity):
+    pod = {"metadata": {}, "spec": {"containers": [{"name": "c", "resources": {"requests": {
+        "nvidia.com/gpu": quantity, "nvidia.com/mig-1g.5gb": quantity}}}]}}
+    DeviceAccess().mutate(pod)
+    assert pod["spec"]["containers"][0]["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+
+
+@pytest.mark.parametrize("quantity", [" 1", "1m", "1e-3", 1, "+.5"])
+def test_deviceaccess_nonzero_quantities_are_a_gpu(quantity):
+    pod = {"metadata": {}, "spec": {"containers": [{"name": "c", "resources": {"requests": {
+        "nvidia.com/mig-1g.5gb": quantity}}}]}}
+    DeviceAccess().mutate(pod)
+    assert "env" not in pod["spec"]["containers"][0]

@@ -211,3 +211,23 @@ def test_pods_of_other_schedulers_are_passed_on_without_a_full_decode():
     pod = {"metadata": {"annotations": {"a": 1}}, "spec": {"schedulerName": "default-scheduler"}}
     assert mutate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
     assert validate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
+
+
+# resource.Quantity's JSON decoding (Go ground truth, k8s.io/apimachinery v0.35.4): null is a zero quantity,
+# a quoted value is TrimSpace'd, and ParseQuantity reads a number without digits ("m", ".", "+", "E3") as 0.
+@pytest.mark.parametrize("quantity", [None, "m", ".", "+", "-.", "E3", "+.e5", "Ki", " 1", "2 ", "0", "1", 1])
+def test_quantities_go_decodes_are_not_a_400(quantity):
+    pod = fraction_pod()
+    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"nvidia.com/gpu": quantity},
+                                                                   "limits": {"cpu": quantity}}})
+    for handler in (mutate, validate):
+        response = handler({"uid": "u", "operation": "CREATE", "namespace": "ns", "object": pod})["response"]
+        assert response["allowed"] is True, response
+
+
+@pytest.mark.parametrize("quantity", ["", "x", "1x", "e", "1e", "1ki", " ", True, {}, [], "1 1", "Pi", ".Ei", "e-10"])
+def test_quantities_go_rejects_are_a_400(quantity):
+    pod = fraction_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity}}
+    response = validate({"uid": "u", "operation": "CREATE", "object": pod})["response"]
+    assert response["status"]["code"] == 400, response
