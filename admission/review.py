@@ -116,11 +116,39 @@ def _decode_pod(raw: Any) -> dict[str, Any]:
 
 
 def _scheduler_name(raw: Any) -> Any:
-    """spec.schedulerName, read defensively: pods of other schedulers are passed on without a full decode."""
+    """spec.schedulerName, read defensively: pods of other schedulers are passed on without a full decode.
+
+    Absent or null reads as "", as Go decodes it (it matters only for --scheduler-name "").
+    """
     if not isinstance(raw, dict):
         raise _Rejected(400, "json: cannot unmarshal into Go value of type v1.Pod: expected an object")
     spec = raw.get("spec")
-    return spec.get("schedulerName") if isinstance(spec, dict) else None
+    name = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return "" if name is None else name
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+               "\v": "\\v", '"': '\\"', "\\": "\\\\"}
+
+
+def _go_quote(text: str) -> str:
+    """Go's fmt %q of a string (strconv.Quote): printable runes kept, the rest escaped Go's way."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif 0xD800 <= code < 0xE000:  # a lone surrogate escape: Go's JSON decoder made it U+FFFD
+            out.append("\ufffd")
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +215,7 @@ def mutate(
                 f"error: the namespace from the provided object {object_namespace} does not match "
                 f"the namespace {request_namespace}"
             )
+            log.info("pod mutation denied", extra={**_log_fields(request, pod), "fields": {"reason": message}})
             return _denied(uid, api_version, message, None)
         if not object_namespace and request_namespace:
             if pod.get("metadata") is None:
@@ -215,7 +244,7 @@ def validate(
             _decode_pod(request.get("oldObject"))
             return _allowed(uid, api_version)
         if operation not in ("CREATE", "UPDATE"):
-            raise _Rejected(400, f'unknown operation "{operation}"')
+            raise _Rejected(400, f"unknown operation {_go_quote(operation)}")
         pod = request.get("object")
         if pod is None or (operation == "UPDATE" and request.get("oldObject") is None):
             raise _Rejected(400, "there is no content to decode")

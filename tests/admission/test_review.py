@@ -231,3 +231,38 @@ def test_quantities_go_rejects_are_a_400(quantity):
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity}}
     response = validate({"uid": "u", "operation": "CREATE", "object": pod})["response"]
     assert response["status"]["code"] == 400, response
+
+
+@pytest.mark.parametrize(("operation", "quoted"), [
+    # Go's fmt %q (strconv.Quote), from a throwaway Go 1.26 program.
+    ('PA"T\\CH', '"PA\\"T\\\\CH"'),
+    ("a\nb\tc\x01\x7f", '"a\\nb\\tc\\x01\\x7f"'),
+    ("\u00fc\u20ac\U0001F600a\u0301", '"\u00fc\u20ac\U0001F600a\u0301"'),
+    ("\u00a0\u200b\u2028\ufeff\x80", '"\\u00a0\\u200b\\u2028\\ufeff\\u0080"'),
+    ("\U000e0001", '"\\U000e0001"'),
+])
+def test_unknown_operation_is_quoted_like_go(operation, quoted):
+    response = validate({"uid": "u", "operation": operation, "object": fraction_pod()})["response"]
+    assert response["status"] == {"metadata": {}, "message": f"unknown operation {quoted}", "code": 400}
+
+
+def test_missing_scheduler_name_counts_as_empty():
+    # --scheduler-name "": Go compares the pod's "" (absent) schedulerName with it, so the pod is handled.
+    pod = fraction_pod()
+    del pod["spec"]["schedulerName"]
+    pod["metadata"]["annotations"]["gpu-fraction"] = "2"
+    mutated = review.mutate(body({"uid": "u", "operation": "CREATE", "namespace": "ns", "object": pod}),
+                            "application/json", "", PLUGINS).review["response"]
+    assert mutated["patchType"] == "JSONPatch"
+    validated = review.validate(body({"uid": "u", "operation": "CREATE", "object": pod}),
+                                "application/json", "", PLUGINS).review["response"]
+    assert validated["status"]["message"] == "gpu-fraction annotation value must be a positive number smaller than 1.0"
+
+
+def test_namespace_mismatch_denial_is_logged_at_info(caplog):
+    with caplog.at_level("INFO", logger="admission.review"):
+        mutate({"uid": "u-ns", "operation": "CREATE", "namespace": "other", "object": fraction_pod()})
+    denials = [record for record in caplog.records if getattr(record, "uid", None) == "u-ns"]
+    assert len(denials) == 1 and denials[0].levelname == "INFO"
+    assert denials[0].namespace == "ns" and denials[0].pod == "p"
+    assert "does not match the namespace other" in denials[0].fields["reason"]
