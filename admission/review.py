@@ -79,7 +79,7 @@ def _errored(uid: str, api_version: str | None, code: int, message: str) -> Repl
 def _read_review(body: bytes, content_type: str | None) -> tuple[str, dict[str, Any]]:
     if not body:
         raise _Rejected(400, "request body is empty")
-    if len(body) > MAX_BODY_BYTES:
+    if len(body) >= MAX_BODY_BYTES:  # Go: io.LimitedReader{N: limit} exhausted (N <= 0) means too large
         raise _Rejected(413, f"request entity is too large; limit is {MAX_BODY_BYTES} bytes")
     if content_type != "application/json":
         raise _Rejected(400, f"contentType={content_type or ''}, expected application/json")

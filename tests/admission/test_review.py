@@ -118,6 +118,10 @@ def test_delete_on_mutator_is_allowed_without_decoding():
         (b"{}", None, 400, "contentType=, expected application/json"),
         (b"x" * (7 * 1024 * 1024 + 1), "application/json", 413,
          "request entity is too large; limit is 7340032 bytes"),
+        # controller-runtime reads through io.LimitedReader{N: 7340032} and rejects when N <= 0, so a body of
+        # exactly the limit is already too large.
+        (b"x" * (7 * 1024 * 1024), "application/json", 413,
+         "request entity is too large; limit is 7340032 bytes"),
     ],
 )
 def test_intake_failures(raw, content_type, code, message):
