@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from binder_e2e_kit import make_bind_request, make_pod, wait_for, wait_phase
+from binder_e2e_kit import make_bind_request, make_pod, pod_condition, wait_for, wait_phase
 from test_e2e_fraction import exists, reservation_name
 
 from binder.kube.client import KubeClient, pod_path
@@ -23,6 +23,9 @@ def bind_fraction(kube, namespace, node, pod, groups, num_devices=None) -> None:
     make_pod(kube, namespace, pod, fraction="0.5", num_devices=num_devices)
     make_bind_request(kube, namespace, pod, node, fraction_groups=groups)
     wait_phase(kube, namespace, pod, names.PHASE_SUCCEEDED)
+    # The PodBound condition is written in the background after the status; set_pod_running replaces the
+    # pod status read-modify-write and would conflict with it (409) if it came in between.
+    wait_for("PodBound condition", lambda: pod_condition(kube.get(pod_path(namespace, pod))))
 
 
 def test_deleting_a_fraction_pod_frees_its_reservation(binder, kube, kube_admin, namespace, reservation_namespace,
