@@ -95,13 +95,18 @@ def _read_review(body: bytes, content_type: str | None) -> tuple[str, dict[str, 
     kind = review.get("kind") or "AdmissionReview"
     if kind != "AdmissionReview":
         raise _Rejected(400, f'no kind "{kind}" is registered for version "{api_version}"')
+    # Go decodes into a zero AdmissionRequest and runs the handler even when `request` is absent or null,
+    # and a null string field stays "".
     request = review.get("request")
     if request is None:
-        raise _Rejected(400, "got an empty AdmissionRequest")
+        request = {}
     if not isinstance(request, dict):
         raise _Rejected(400, "json: cannot unmarshal request: expected an object")
     for field in ("uid", "operation", "namespace", "name"):
-        if not isinstance(request.get(field, ""), str):
+        value = request.get(field, "")
+        if value is None:
+            request[field] = ""
+        elif not isinstance(value, str):
             raise _Rejected(400, f"json: cannot unmarshal AdmissionRequest.{field}: expected a string")
     return api_version, request
 

@@ -270,3 +270,23 @@ def test_namespace_mismatch_denial_is_logged_at_info(caplog):
     assert len(denials) == 1 and denials[0].levelname == "INFO"
     assert denials[0].namespace == "ns" and denials[0].pod == "p"
     assert "does not match the namespace other" in denials[0].fields["reason"]
+
+
+@pytest.mark.parametrize("envelope", [{}, {"request": None}])
+def test_missing_request_is_a_zero_request_as_in_go(envelope):
+    # Go decodes into a zero AdmissionRequest and runs the handler: no object to decode / operation "".
+    raw = json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", **envelope}).encode()
+    mutated = review.mutate(raw, "application/json", "kai-scheduler", PLUGINS).review
+    assert mutated == {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {
+        "uid": "", "allowed": False,
+        "status": {"metadata": {}, "message": "there is no content to decode", "code": 400}}}
+    validated = review.validate(raw, "application/json", "kai-scheduler", PLUGINS).review["response"]
+    assert validated["status"] == {"metadata": {}, "message": 'unknown operation ""', "code": 400}
+
+
+def test_null_request_strings_read_as_empty_as_in_go():
+    pod = fraction_pod()
+    del pod["metadata"]["namespace"]
+    response = mutate({"uid": None, "operation": "CREATE", "namespace": None, "name": None, "object": pod})["response"]
+    assert response["uid"] == "" and response["allowed"] is True
+    assert "namespace" not in apply(pod, response)["metadata"]
