@@ -24,6 +24,18 @@ ACCEPTED_API_VERSIONS = (DEFAULT_API_VERSION, "admission.k8s.io/v1beta1")
 log = logging.getLogger("admission.review")
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
+
+
+# Go's encoding/json: NaN/Infinity are not JSON, and invalid UTF-8 in a string becomes U+FFFD.
+_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(body: bytes) -> Any:
+    return _JSON_DECODER.decode(body.decode("utf-8", "replace"))
+
+
 @dataclass(frozen=True)
 class Reply:
     """What to send back, and how to count it."""
@@ -84,8 +96,8 @@ def _read_review(body: bytes, content_type: str | None) -> tuple[str, dict[str, 
     if content_type != "application/json":
         raise _Rejected(400, f"contentType={content_type or ''}, expected application/json")
     try:
-        review = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
+        review = _loads(body)
+    except ValueError as error:
         raise _Rejected(400, f"couldn't get version/kind; json parse error: {error}") from None
     if not isinstance(review, dict):
         raise _Rejected(400, "couldn't get version/kind; json parse error: not a JSON object")
@@ -212,7 +224,7 @@ def mutate(
             return _allowed(uid, api_version)
         _decode_pod(original)
         # A second, independent parse is cheaper than a deep copy and keeps `original` pristine.
-        pod = json.loads(body)["request"]["object"]
+        pod = _loads(body)["request"]["object"]
         request_namespace = request.get("namespace") or ""
         object_namespace = (pod.get("metadata") or {}).get("namespace") or ""
         if object_namespace and request_namespace and object_namespace != request_namespace:

@@ -290,3 +290,23 @@ def test_null_request_strings_read_as_empty_as_in_go():
     response = mutate({"uid": None, "operation": "CREATE", "namespace": None, "name": None, "object": pod})["response"]
     assert response["uid"] == "" and response["allowed"] is True
     assert "namespace" not in apply(pod, response)["metadata"]
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_json_number_literals_are_malformed_json(literal):
+    # Python's json module reads NaN/Infinity; Go's encoding/json (and the apiserver) reject them.
+    raw = (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", '
+           b'"operation": "CREATE", "namespace": "ns", "object": {"metadata": {"name": "p", "annotations": '
+           b'{"gpu-fraction": "0.5"}}, "spec": {"schedulerName": "kai-scheduler", "priority": ' + literal +
+           b', "containers": [{"name": "c"}]}}}}')
+    for handler in (review.mutate, review.validate):
+        result = handler(raw, "application/json", "kai-scheduler", PLUGINS).review
+        assert set(result) == {"response"} and result["response"]["status"]["code"] == 400
+
+
+def test_invalid_utf8_in_a_string_is_replaced_not_refused():
+    # Go's encoding/json replaces invalid UTF-8 inside strings with U+FFFD instead of failing.
+    raw = body({"uid": "u", "operation": "CREATE", "object": fraction_pod()}).replace(b'"image": "x"',
+                                                                                     b'"image": "x\xff"')
+    response = review.validate(raw, "application/json", "kai-scheduler", PLUGINS).review["response"]
+    assert response["allowed"] is True
