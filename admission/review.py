@@ -263,7 +263,10 @@ def validate(
         if operation not in ("CREATE", "UPDATE"):
             raise _Rejected(400, f"unknown operation {_go_quote(operation)}")
         pod = request.get("object")
-        if pod is None or (operation == "UPDATE" and request.get("oldObject") is None):
+        if pod is None:
+            raise _Rejected(400, "there is no content to decode")
+        if operation == "UPDATE" and request.get("oldObject") is None:
+            _decode_pod(pod)  # Go decodes the new object first; its error wins
             raise _Rejected(400, "there is no content to decode")
         if _scheduler_name(pod) != scheduler_name:
             return _allowed(uid, api_version)

@@ -310,3 +310,12 @@ def test_invalid_utf8_in_a_string_is_replaced_not_refused():
                                                                                      b'"image": "x\xff"')
     response = review.validate(raw, "application/json", "kai-scheduler", PLUGINS).review["response"]
     assert response["allowed"] is True
+
+
+def test_update_decodes_the_new_object_before_noticing_the_missing_old_one():
+    # controller-runtime: DecodeRaw(object) then DecodeRaw(oldObject); the first failure is the answer.
+    broken = {"metadata": {"name": 5}, "spec": {"schedulerName": "kai-scheduler"}}
+    response = validate({"uid": "u", "operation": "UPDATE", "object": broken})["response"]
+    assert response["status"]["code"] == 400
+    assert response["status"]["message"] != "there is no content to decode"
+    assert "Pod.metadata.name" in response["status"]["message"]
