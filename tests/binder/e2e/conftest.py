@@ -12,34 +12,29 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from binder_e2e_kit import CRD, NodePlayer
+from binder_e2e_kit import NodePlayer
 
 from binder.app import BinderApp
 from binder.kube.client import KubeClient
 from binder.settings import parse_settings
-from testbed.kube import apply_crds, create_namespace, delete_namespace
+
+
+# The e2e tests' names for the fixtures of tests/binder/conftest.py.
+@pytest.fixture(scope="session")
+def bindrequest_crd(crds: str) -> str:
+    return crds
 
 
 @pytest.fixture(scope="session")
-def bindrequest_crd(kube_admin: Any) -> str:
-    apply_crds(kube_admin, CRD)
-    return "bindrequests.scheduling.run.ai"
-
-
-@pytest.fixture(scope="session")
-def kube(control_plane: Any) -> KubeClient:
+def kube(api: KubeClient) -> KubeClient:
     """Admin client of our own kind (no rate limit) for test set-up and assertions."""
-    return KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
+    return api
 
 
 @pytest.fixture
-def reservation_namespace(kube_admin: Any) -> Iterator[str]:
+def reservation_namespace(rsv_namespace: str) -> str:
     """Each test gets its own reservation namespace, so GC in one test never sees another's pods."""
-    name = create_namespace(kube_admin, prefix="rsv")
-    try:
-        yield name
-    finally:
-        delete_namespace(kube_admin, name)
+    return rsv_namespace
 
 
 @pytest.fixture
