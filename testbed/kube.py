@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -125,6 +126,38 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, int
             return last
         time.sleep(interval)
     raise WaitTimeout(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+class BackgroundPoller:
+    """A test helper that plays some controller: `poll()` runs every `interval` seconds on a daemon thread
+    between `with` entry and exit (ApiErrors of one pass are ignored; the next pass retries)."""
+
+    interval = 0.1
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        from binder.kube.client import ApiError
+
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except (ApiError, requests.RequestException):
+                pass
+            self._stop.wait(self.interval)
 
 
 # --------------------------------------------------------------------------- namespaces

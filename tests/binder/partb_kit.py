@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import Any
 
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from binder.plugins.base import GPU_IDS, BindContext
 from common import names
-from testbed.kube import wait_for  # noqa: F401 - re-exported for the tests
+from testbed.kube import BackgroundPoller, wait_for  # noqa: F401 - wait_for re-exported for the tests
 
 
 def fraction_pod_body(name: str, *, prefix: str | None = "job-abc1234-shared-gpu", devices_from_cm: bool = True,
@@ -99,36 +98,27 @@ def get_pod(api: KubeClient, namespace: str, name: str) -> dict | None:
         raise
 
 
-class Annotator:
+class Annotator(BackgroundPoller):
     """Plays the reservation program: annotates reservation pods in a namespace with a GPU UUID."""
 
+    interval = 0.05
+
     def __init__(self, api: KubeClient, namespace: str, delay: float = 0.0) -> None:
+        super().__init__()
         self.api, self.namespace, self.delay = api, namespace, delay
         self.served: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Annotator:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for pod in self.api.get(pod_path(self.namespace)).get("items") or []:
-                name = pod["metadata"]["name"]
-                if name in self.served or pod["metadata"].get("deletionTimestamp"):
-                    continue
-                if self.delay:
-                    self._stop.wait(self.delay)
-                gpu = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, name)}"
-                try:
-                    self.api.patch(pod_path(self.namespace, name),
-                                   {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: gpu}}})
-                    self.served[name] = gpu
-                except ApiError:
-                    pass
-            self._stop.wait(0.05)
+    def poll(self) -> None:
+        for pod in self.api.get(pod_path(self.namespace)).get("items") or []:
+            name = pod["metadata"]["name"]
+            if name in self.served or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if self.delay:
+                self._stop.wait(self.delay)
+            gpu = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, name)}"
+            try:
+                self.api.patch(pod_path(self.namespace, name),
+                               {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: gpu}}})
+                self.served[name] = gpu
+            except ApiError:
+                pass

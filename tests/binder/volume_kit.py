@@ -7,13 +7,13 @@ an external provisioner for claims that carry `volume.kubernetes.io/selected-nod
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from binder.kube.client import ApiError, KubeClient
 from binder.plugins.base import BindContext
 from binder.plugins.volumes.apply import claim_path, pv_path
 from common import names
+from testbed.kube import BackgroundPoller
 
 PROVISIONER = "example.com/fake-provisioner"
 
@@ -95,33 +95,16 @@ def get(api: KubeClient, path: str) -> dict[str, Any] | None:
         raise
 
 
-class PvController:
+class PvController(BackgroundPoller):
     """Completes binds the binder started; with `provision`, also provisions claims asked for on a node."""
 
     def __init__(self, api: KubeClient, namespace: str, *, provision: bool = False) -> None:
+        super().__init__()
         self.api, self.namespace, self.provision = api, namespace, provision
         self.provisioned: dict[str, str] = {}  # claim name -> PV name
         self.completed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PvController:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._pass()
-            except ApiError:
-                pass
-            self._stop.wait(0.1)
-
-    def _pass(self) -> None:
+    def poll(self) -> None:
         claims = self.api.get(claim_path(self.namespace)).get("items") or []
         unbound = {c["metadata"]["name"]: c for c in claims if not c["spec"].get("volumeName")}
         for pv in self.api.get(pv_path()).get("items") or []:
