@@ -1,12 +1,11 @@
-"""Gunicorn wiring: gthread workers with keep-alive TLS, a reloading certificate, multiprocess metrics,
-and the probe servers in the master process."""
+"""Gunicorn wiring: event-loop workers (admission/connections.py) serving keep-alive TLS with a reloading
+certificate, multiprocess metrics, and the probe servers in the master process."""
 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
-import sys
+from dataclasses import asdict
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -14,7 +13,7 @@ from prometheus_client import multiprocess
 
 from admission.probes import start_probe_servers
 from admission.server import create_app
-from admission.settings import Settings
+from admission.settings import ConnectionLimits, Settings
 from admission.tlsreload import ReloadingContext
 
 log = logging.getLogger("admission")
@@ -31,9 +30,7 @@ class AdmissionServer(BaseApplication):
         options: dict[str, Any] = {
             "bind": [f"{settings.webhook_host}:{settings.webhook_port}"],
             "workers": settings.workers,
-            "threads": settings.threads,
-            "worker_class": "gthread",
-            "keepalive": 75,  # the apiserver keeps webhook connections open; so do we
+            "worker_class": "admission.connections.EventLoopWorker",
             # Each worker listens itself (SO_REUSEPORT): the kernel spreads connections evenly, instead of
             # whichever worker wakes first taking most of the apiserver's long-lived connections.
             "reuse_port": True,
@@ -44,7 +41,6 @@ class AdmissionServer(BaseApplication):
             "keyfile": settings.key_file,
             "ssl_context": self._ssl_context,
             "child_exit": _child_exit,
-            "post_fork": _post_fork,
             "when_ready": self._when_ready,
             "accesslog": None,
             "loglevel": "warning" if settings.log_level != "debug" else "debug",
@@ -52,6 +48,11 @@ class AdmissionServer(BaseApplication):
         }
         for key, value in options.items():
             self.cfg.set(key, value)
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        """Read by each EventLoopWorker (its `app` is this object)."""
+        return self.settings.connection_limits
 
     def load(self) -> Any:
         return create_app(self.settings)
@@ -69,13 +70,9 @@ class AdmissionServer(BaseApplication):
         )
         log.info("admission webhook serving", extra={"fields": {
             "port": self.settings.webhook_port, "workers": self.settings.workers,
-            "threads": self.settings.threads, "scheduler_name": self.settings.scheduler_name,
+            "scheduler_name": self.settings.scheduler_name,
+            **asdict(self.settings.connection_limits),
         }})
-
-
-def _post_fork(arbiter: Any, worker: Any) -> None:
-    # Threads waiting for the GIL otherwise wait up to 5 ms each time; admission answers take well under 1 ms.
-    sys.setswitchinterval(float(os.environ.get("FRACGPU_SWITCH_INTERVAL", "0.0005")))
 
 
 def _child_exit(arbiter: Any, worker: Any) -> None:

@@ -8,6 +8,7 @@ import os
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -29,6 +30,29 @@ DENIALS = Counter(
 WEBHOOK_REQUESTS = Counter(
     "controller_runtime_webhook_requests_total", "Webhook requests by path and HTTP code", ["webhook", "code"]
 )
+
+OPEN_CONNECTIONS = Gauge(
+    "fracgpu_admission_open_connections", "Webhook connections open now, all workers", multiprocess_mode="livesum"
+)
+CLOSED_CONNECTIONS = Counter(
+    "fracgpu_admission_connections_closed_total",
+    "Webhook connections closed, by why: client, served, idle_timeout, handshake_timeout, request_timeout, "
+    "write_timeout, bad_request, error, limit (closed to make room at --max-connections), shutdown",
+    ["reason"],
+)
+REFUSED_CONNECTIONS = Counter(
+    "fracgpu_admission_connections_refused_total",
+    "Connections closed on arrival: --max-connections reached and every open connection was being answered",
+)
+
+
+def connection_opened() -> None:
+    OPEN_CONNECTIONS.inc()
+
+
+def connection_closed(reason: str) -> None:
+    OPEN_CONNECTIONS.dec()
+    CLOSED_CONNECTIONS.labels(reason).inc()
 
 
 def observe(endpoint: str, outcome: str, plugin: str | None, seconds: float) -> None:

@@ -14,6 +14,19 @@ DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
 
 
 @dataclass(frozen=True)
+class ConnectionLimits:
+    """Deadlines and the connection bound of admission/connections.py."""
+
+    handshake_timeout: float = 5.0
+    request_timeout: float = 5.0
+    idle_timeout: float = 120.0
+    max_connections: int = 1024
+    # Bodies are kept up to this size (a larger one is answered 413 by the review) and drained up to drain_bytes.
+    max_body_bytes: int = 7 * 1024 * 1024
+    drain_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Settings:
     scheduler_name: str = names.DEFAULT_SCHEDULER_NAME
     gpu_sharing_enabled: bool = False
@@ -26,7 +39,7 @@ class Settings:
     health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
     metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
     workers: int = 2
-    threads: int = 2
+    connection_limits: ConnectionLimits = ConnectionLimits()
     log_format: str = "json"
     log_level: str = "info"
 
@@ -57,13 +70,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-probe-bind-address", default=":8081")
     parser.add_argument("--metrics-bind-address", default=":8080")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=2, help="threads per worker")
+    defaults = ConnectionLimits()
+    parser.add_argument("--tls-handshake-timeout", type=float, default=defaults.handshake_timeout,
+                        help="seconds a new connection has to finish its TLS handshake")
+    parser.add_argument("--request-read-timeout", type=float, default=defaults.request_timeout,
+                        help="seconds a request has from its first byte to its last, and its answer to be written")
+    parser.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
+                        help="seconds a connection may wait for its next request (keep it above the clients' 90 s)")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open connections per worker; at the bound the one waiting longest is closed")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     # Accepted so the reference's deployments start us unchanged; they mean nothing to a webhook.
     for flag in ("--qps", "--burst", "--rate-limiter-base-delay", "--rate-limiter-max-delay",
                  "--feature-gates", "--kubeconfig", "--zap-encoder", "--zap-log-level",
-                 "--zap-stacktrace-level", "--zap-time-encoding"):
+                 "--zap-stacktrace-level", "--zap-time-encoding",
+                 # Each worker serves its connections from one event loop; earlier versions had threads.
+                 "--threads"):
         parser.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for flag in ("--leader-elect", "--fake-gpu-nodes", "--zap-devel"):
         add_bool_flag(parser, flag, False, argparse.SUPPRESS)
@@ -90,7 +113,18 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         health_address=parse_bind_address(args.health_probe_bind_address),
         metrics_address=parse_bind_address(args.metrics_bind_address),
         workers=max(1, args.workers),
-        threads=max(1, args.threads),
+        connection_limits=ConnectionLimits(
+            handshake_timeout=_positive(args.tls_handshake_timeout, "--tls-handshake-timeout"),
+            request_timeout=_positive(args.request_read_timeout, "--request-read-timeout"),
+            idle_timeout=_positive(args.idle_timeout, "--idle-timeout"),
+            max_connections=int(_positive(args.max_connections, "--max-connections")),
+        ),
         log_format=args.log_format,
         log_level=args.log_level,
     )
+
+
+def _positive(value: float, flag: str) -> float:
+    if not value > 0:
+        raise SystemExit(f"fracgpu-admission: {flag} must be greater than 0 (got {value})")
+    return value

@@ -26,12 +26,11 @@ def free_port() -> int:
 class AdmissionProcess:
     """`python -m admission` on free 127.0.0.1 ports with a fresh CA and serving certificate."""
 
-    def __init__(self, workdir: Path, args: Sequence[str] = (), workers: int = 2, threads: int = 2) -> None:
+    def __init__(self, workdir: Path, args: Sequence[str] = (), workers: int = 2) -> None:
         self.workdir = Path(workdir)
         self.cert_dir = self.workdir / "certs"
         self.args = list(args)
         self.workers = workers
-        self.threads = threads
         self.port = free_port()
         self.health_port = free_port()
         self.metrics_port = free_port()
@@ -53,7 +52,7 @@ class AdmissionProcess:
             sys.executable, "-m", "admission", "--webhook-addr", str(self.port), "--webhook-host", "127.0.0.1",
             "--cert-dir", str(self.cert_dir), "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}", "--workers", str(self.workers),
-            "--threads", str(self.threads), *self.args,
+            *self.args,
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child owns it)

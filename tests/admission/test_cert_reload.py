@@ -25,7 +25,7 @@ def served_serial(port: int, ca_file: str) -> int:
 
 
 def test_certificate_files_replaced_under_keep_alive_load(tmp_path):
-    with AdmissionProcess(tmp_path, workers=2, threads=4) as webhook:
+    with AdmissionProcess(tmp_path, workers=2) as webhook:
         before = served_serial(webhook.port, webhook.ca_file)
         failures: list[str] = []
         counts = [0] * 6

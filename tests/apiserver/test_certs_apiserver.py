@@ -156,7 +156,7 @@ def test_renewed_certificate_is_served_without_a_restart_and_verifies(certs, cer
     assert certs("ensure", "--days=10", "--renew-before-days=1", "--host=127.0.0.1").returncode == 0
     cert_dir = tmp_path / "admission" / "certs"
     copy_secret_to(certs_objects, cert_dir)
-    with AdmissionProcess(tmp_path / "admission", workers=1, threads=2) as admission:
+    with AdmissionProcess(tmp_path / "admission", workers=1) as admission:
         old = load_certificates(served_certificate(admission.url), "served")[0].serial_number
         assert certs("verify", "--host=127.0.0.1", f"--url={admission.url}").returncode == 0
         renewed = certs("ensure", "--renew-before-days=30", "--host=127.0.0.1")

@@ -103,7 +103,7 @@ def test_whole_flow_runs_on_the_shipped_rbac(control_plane, installed, namespace
         for key in ("tls.crt", "tls.key", "ca.crt"):
             (cert_dir / key).write_bytes(data[key])
         _, admission_args = shipped_args(documents, "Deployment", "fracgpu-admission")
-        admission = AdmissionProcess(tmp_path / "admission", admission_args, workers=1, threads=4).start()
+        admission = AdmissionProcess(tmp_path / "admission", admission_args, workers=1).start()
         label = {f"fracgpu-rbac-{uuid.uuid4().hex[:8]}": "yes"}
         admin.patch(f"/api/v1/namespaces/{namespace}", json={"metadata": {"labels": label}},
                     headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
