@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import io
 import logging
 import os
@@ -84,6 +85,9 @@ class EventLoopWorker(Worker):
     def run(self) -> None:
         self.limits: ConnectionLimits = getattr(self.app, "connection_limits", ConnectionLimits())
         _raise_open_file_limit(self.limits.max_connections + 256)
+        # What the master loaded before the fork is never garbage: keep the collector from walking it.
+        gc.collect()
+        gc.freeze()
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:

@@ -1,6 +1,6 @@
 """Admission webhook throughput and latency over TLS keep-alive, measured with wrk.
 
-    python benchmarks/bench_admission.py [--duration 20] [--connections 16] [--workers 2] [--threads 2]
+    python benchmarks/bench_admission.py [--duration 20] [--connections 16] [--workers 2]
 
 Starts the real server (gunicorn, TLS) on 127.0.0.1 and runs wrk against /mutate--v1-pod with a
 fractional pod and with a pod of another scheduler. Prints a Markdown table for docs/benchmarks.md.
@@ -73,14 +73,13 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--wrk-threads", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: apt-get install -y wrk")
     workdir = Path(tempfile.mkdtemp(prefix="fracgpu-bench-"))
     rows = []
-    with AdmissionProcess(workdir, ["--gpu-sharing-enabled", "--log-level", "warning"], workers=args.workers,
-                          threads=args.threads) as webhook:
+    flags = ["--gpu-sharing-enabled", "--log-level", "warning"]
+    with AdmissionProcess(workdir, flags, workers=args.workers) as webhook:
         for label, scheduler in (("fractional pod", "kai-scheduler"), ("other scheduler", "default-scheduler")):
             body = workdir / f"{scheduler}.json"
             body.write_text(json.dumps(review(scheduler)))
@@ -95,7 +94,7 @@ def main() -> int:
             print(result.stdout, file=sys.stderr)
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"| request | reviews/s | p50 ms | p99 ms | errors | (wrk -t{args.wrk_threads} -c{args.connections} "
-          f"-d{args.duration}s, gunicorn {args.workers}x{args.threads} gthread) |")
+          f"-d{args.duration}s, {args.workers} event-loop workers) |")
     print("|---|---|---|---|---|---|")
     for label, figures in rows:
         print(f"| {label} | {figures['rps']:.0f} | {figures['p50']:.2f} | {figures['p99']:.2f} | "

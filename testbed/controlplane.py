@@ -135,6 +135,10 @@ class ControlPlane:
     def logs_dir(self) -> Path:
         return self.workdir / "logs"
 
+    def pid(self, name: str) -> int:
+        """Process id of a running component: "etcd", "kube-apiserver", "kube-controller-manager"."""
+        return next(proc.popen.pid for proc in self._procs if proc.name == name and proc.popen.poll() is None)
+
     def user(self, name: str) -> User:
         return self._users[name]
 

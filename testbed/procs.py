@@ -24,6 +24,23 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group ``pgid`` (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime(12) stime(13)
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 def die_with_parent(argv: list[str]) -> list[str]:
     """Prefix ``argv`` so the child gets SIGKILL when the process that started it dies.
 

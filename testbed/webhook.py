@@ -38,6 +38,12 @@ class AdmissionProcess:
         self._process: subprocess.Popen | None = None
 
     @property
+    def pid(self) -> int:
+        """The gunicorn master; its workers share its process group."""
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 

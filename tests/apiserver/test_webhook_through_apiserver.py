@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 
+from testbed.podburst import create_pods
 from testbed.webhook import AdmissionProcess
 from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
 
@@ -109,3 +110,39 @@ def test_webhook_down_fails_closed_but_other_schedulers_still_work(kube_session,
     allowed = kube_session.post(f"/api/v1/namespaces/{namespace}/pods",
                                 json=pod_manifest("elsewhere", "default-scheduler"))
     assert allowed.status_code == 201, allowed.text
+
+
+COLD_STARTS = 20
+SHARED_GPU_ANNOTATION = "runai/shared-gpu-configmap"
+
+
+def probe_until_active(control_plane, namespace, timeout=30.0):
+    """Dry-run creates until one comes back mutated (the apiserver picks registrations up asynchronously).
+    Every answer is returned: a probe the webhook failed counts like any other failed create."""
+    answers = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answers += create_pods(control_plane, namespace, [f"probe-{len(answers)}"], clients=1, dry_run=True)
+        if SHARED_GPU_ANNOTATION in answers[-1].annotations:
+            return answers
+        time.sleep(0.05)
+    raise AssertionError(f"webhook not active after {timeout}s: {answers[-1]}")
+
+
+def test_cold_starts_fail_no_pod_creation(tmp_path, control_plane, kube_session, webhook_namespace, runtime_class):
+    """A fresh webhook process, registered, then at once 64 creates from 16 clients; twenty times."""
+    namespace, labels = webhook_namespace
+    failed, created = [], 0
+    for cycle in range(COLD_STARTS):
+        with AdmissionProcess(tmp_path / f"cold-{cycle}", ["--gpu-sharing-enabled"]) as process:
+            configurations = local_webhook_configurations(
+                process.url, (process.cert_dir / "ca.crt").read_bytes(), f"-{namespace}-{cycle}", labels)
+            with registered_webhooks(kube_session, configurations):
+                answers = probe_until_active(control_plane, namespace)
+                burst = create_pods(control_plane, namespace, [f"cold-{cycle}-{i}" for i in range(64)], clients=16)
+        failed += [answer for answer in answers if answer.status >= 300]
+        failed += [answer for answer in burst
+                   if answer.status != 201 or SHARED_GPU_ANNOTATION not in answer.annotations]
+        created += sum(answer.status == 201 for answer in burst)
+    assert failed == []
+    assert created == COLD_STARTS * 64
