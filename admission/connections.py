@@ -46,6 +46,8 @@ _READ_CHUNK = 1 << 16
 _MAX_HEAD_BYTES = 64 * 1024
 _LIMIT_LOG_INTERVAL = 10.0
 _HEARTBEAT_SECONDS = 1.0
+# Reasons to close after which something we wrote may still be unsent.
+_FLUSH_BEFORE_CLOSING = frozenset({"client", "served", "bad_request"})
 
 
 class Phase(enum.IntEnum):
@@ -168,10 +170,13 @@ class EventLoopWorker(Worker):
             log.debug("webhook connection closed", extra={"fields": {"error": str(error) or type(error).__name__}})
         finally:
             self._connections.pop(connection, None)
-            if reason == "client":
+            transport = writer.transport
+            if reason in _FLUSH_BEFORE_CLOSING:
+                # An answer may still sit in the buffer: close after it is sent, but never wait on the peer long.
                 writer.close()
+                loop.call_later(self.limits.request_timeout, transport.abort)
             else:
-                writer.transport.abort()
+                transport.abort()
             metrics.connection_closed(reason)
 
     async def _handshake(self, connection: _Connection, writer: asyncio.StreamWriter) -> None:
