@@ -1,0 +1,1 @@
+"""The scheduler extender (being built): GPU placement for the stock kube-scheduler through the binder."""

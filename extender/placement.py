@@ -1,0 +1,219 @@
+"""Pure placement decisions of the scheduler extender: which nodes can take a pod's GPU request and why the
+others cannot, how good each fitting node is, and which GPU groups the pod goes to.
+
+Nothing here reads the API server; extender/ledger.py builds the `NodeGpus` these functions judge. Shares are
+whole hundredths of a GPU (0.50 is 50): the BindRequest carries the portion with two decimals, as the KAI
+scheduler writes it, and integer sums can be checked against 100 exactly — "a GPU is never over-committed"
+is `sum(shares of a group) <= 100`, with no rounding in the way.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import names
+from common.gpu_request import parse_go_float, parse_go_uint
+
+FULL = 100  # one whole GPU, in hundredths
+MAX_SCORE = 10  # the extender protocol's maximum priority
+
+
+class Policy(enum.Enum):
+    BINPACK = "binpack"  # fill partly used GPUs first, then nodes with fewer free GPUs
+    SPREAD = "spread"  # empty GPUs first, then the emptiest groups, on the nodes with most free GPUs
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What a pod asks of GPUs. `fraction` (hundredths) or `memory_mib` for a shared request; `whole` GPUs."""
+
+    fraction: int | None = None
+    memory_mib: int | None = None
+    devices: int = 1
+    whole: int = 0
+
+    @property
+    def shared(self) -> bool:
+        return self.fraction is not None or self.memory_mib is not None
+
+    def describe(self) -> str:
+        if self.memory_mib is not None:
+            amount = f"gpu-memory {self.memory_mib} MiB"
+        elif self.fraction is not None:
+            amount = f"gpu-fraction {self.fraction / FULL:.2f}"
+        else:
+            return f"{self.whole} whole GPU(s)"
+        return amount if self.devices == 1 else f"{amount} on each of {self.devices} GPUs"
+
+
+class InvalidRequest(ValueError):
+    """The pod's GPU annotations cannot be read (the webhook should have refused it)."""
+
+
+def to_hundredths(portion: float) -> int:
+    """A share as whole hundredths, as `%.2f` writes it, but never 0 for a positive share."""
+    return max(1, min(FULL, round(portion * FULL))) if portion > 0 else 0
+
+
+def request_of(pod: Mapping[str, Any]) -> GpuRequest:
+    """The pod's GPU request from its annotations (gpu-fraction, gpu-memory, gpu-fraction-num-devices) and
+    `nvidia.com/gpu` limits."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    devices = 1
+    if names.GPU_FRACTION_NUM_DEVICES in annotations:
+        parsed_devices = parse_go_uint(str(annotations[names.GPU_FRACTION_NUM_DEVICES]))
+        if not parsed_devices:
+            raise InvalidRequest(f"{names.GPU_FRACTION_NUM_DEVICES} must be a positive integer")
+        devices = parsed_devices
+    if names.GPU_FRACTION in annotations:
+        value = parse_go_float(str(annotations[names.GPU_FRACTION]))
+        if value is None or not 0 < value < 1:
+            raise InvalidRequest(f"{names.GPU_FRACTION} must be a number between 0 and 1")
+        return GpuRequest(fraction=to_hundredths(value), devices=devices)
+    if names.GPU_MEMORY in annotations:
+        memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
+        if not memory:
+            raise InvalidRequest(f"{names.GPU_MEMORY} must be a positive number of MiB")
+        return GpuRequest(memory_mib=memory, devices=devices)
+    return GpuRequest(whole=whole_gpus_of(pod))
+
+
+def whole_gpus_of(pod: Mapping[str, Any]) -> int:
+    """Whole GPUs a pod holds: the sum over its containers, or its largest init container if that is more."""
+    spec = pod.get("spec") or {}
+
+    def limit(container: Any) -> int:
+        limits = ((container or {}).get("resources") or {}).get("limits") or {}
+        value = parse_go_uint(str(limits.get(names.NVIDIA_GPU, "0")))
+        return value or 0
+
+    regular = sum(limit(c) for c in spec.get("containers") or [])
+    init = max((limit(c) for c in spec.get("initContainers") or []), default=0)
+    return max(regular, init)
+
+
+@dataclass
+class NodeGpus:
+    """One node's GPUs as the ledger sees them: devices, and the share in use of each GPU group on it.
+
+    Every GPU group holds one device (its reservation pod), from its first member until its last is gone.
+    """
+
+    name: str
+    devices: int
+    memory_mib: int | None
+    whole_in_use: int = 0
+    groups: dict[str, int] = field(default_factory=dict)  # group id -> hundredths in use
+
+    @property
+    def free_devices(self) -> int:
+        return max(0, self.devices - self.whole_in_use - len(self.groups))
+
+    def copy(self) -> NodeGpus:
+        return NodeGpus(self.name, self.devices, self.memory_mib, self.whole_in_use, dict(self.groups))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A node that can take the request: the share each device gets, and the raw quality of the best placement."""
+
+    node: str
+    share: int
+    groups_to_share: tuple[str, ...]  # existing groups the pod would join, best first
+    new_groups: int  # devices that would start a new group
+
+
+def share_on(request: GpuRequest, node: NodeGpus) -> int | str:
+    """The request's share of one device on this node, or why it has none."""
+    if request.fraction is not None:
+        return request.fraction
+    assert request.memory_mib is not None
+    if not node.memory_mib:
+        return (f"node has no {names.GPU_MEMORY_NODE_LABEL} label: cannot turn gpu-memory "
+                f"{request.memory_mib} MiB into a share of a GPU")
+    if request.memory_mib > node.memory_mib:
+        return f"gpu-memory {request.memory_mib} MiB is more than one GPU of this node has ({node.memory_mib} MiB)"
+    return max(1, math.ceil(request.memory_mib * FULL / node.memory_mib))
+
+
+def fit(request: GpuRequest, node: NodeGpus, policy: Policy = Policy.BINPACK) -> Fit | str:
+    """Where on `node` the shared request would go, or a reason a person understands why it cannot."""
+    if node.devices <= 0:
+        return f"node has no GPUs ({names.NVIDIA_GPU} allocatable is 0)"
+    share = share_on(request, node)
+    if isinstance(share, str):
+        return share
+    joinable = [(used, group) for group, used in node.groups.items() if used + share <= FULL]
+    if policy is Policy.BINPACK:
+        joinable.sort(key=lambda item: (-item[0], item[1]))  # fullest first: best fit
+    else:
+        joinable.sort(key=lambda item: (item[0], item[1]))  # emptiest first
+    free = node.free_devices
+    needed = request.devices
+    if policy is Policy.BINPACK:
+        to_share = tuple(group for _, group in joinable[:needed])
+        new = needed - len(to_share)
+    else:
+        new = min(free, needed)
+        to_share = tuple(group for _, group in joinable[:needed - new])
+    if new > free or len(to_share) + new < needed:
+        return _refusal(request, node, share)
+    return Fit(node.name, share, to_share, new)
+
+
+def _refusal(request: GpuRequest, node: NodeGpus, share: int) -> str:
+    free = node.free_devices
+    largest = max((FULL - used for used in node.groups.values()), default=0)
+    free_text = "none free" if free == 0 else f"{free} free"
+    wanted = f"{share / FULL:.2f} requested" + ("" if request.devices == 1 else f" on each of {request.devices}")
+    return (f"{node.devices} GPUs, {free_text}; largest free share "
+            f"{(FULL if free else largest) / FULL:.2f} < {wanted}")
+
+
+def filter_nodes(request: GpuRequest, nodes: Sequence[NodeGpus],
+                 policy: Policy = Policy.BINPACK) -> tuple[list[Fit], dict[str, str]]:
+    """The nodes that fit, and a reason for each node that does not."""
+    fits: list[Fit] = []
+    refused: dict[str, str] = {}
+    for node in nodes:
+        outcome = fit(request, node, policy)
+        if isinstance(outcome, Fit):
+            fits.append(outcome)
+        else:
+            refused[node.name] = outcome
+    return fits, refused
+
+
+def _quality(placement: Fit, node: NodeGpus, policy: Policy) -> tuple[float, float]:
+    """Bigger is better. The GPU memory breaks ties: binpack keeps the larger GPUs free for larger requests,
+    spread hands out the larger ones first."""
+    used_after = [node.groups[g] + placement.share for g in placement.groups_to_share]
+    used_after += [placement.share] * placement.new_groups
+    fullness = sum(used_after) / (FULL * len(used_after))  # how full the chosen devices end up
+    busy = 1 - (node.free_devices - placement.new_groups) / node.devices  # how much of the node is in use after
+    memory = float(node.memory_mib or 0)
+    if policy is Policy.BINPACK:
+        return fullness * 2 + busy, -memory
+    return (1 - fullness) * 2 + (1 - busy), memory
+
+
+def scores(fits: Sequence[Fit], nodes: Mapping[str, NodeGpus], policy: Policy = Policy.BINPACK) -> dict[str, int]:
+    """Scores 0..MAX_SCORE: the best placement gets the maximum, the worst 0, the rest by rank in between."""
+    ranked = sorted({_quality(f, nodes[f.node], policy) for f in fits})
+    if len(ranked) <= 1:
+        return {f.node: MAX_SCORE for f in fits}
+    position = {quality: index for index, quality in enumerate(ranked)}
+    top = len(ranked) - 1
+    return {f.node: round(MAX_SCORE * position[_quality(f, nodes[f.node], policy)] / top) for f in fits}
+
+
+def groups_for(placement: Fit, new_group_id: Callable[[], str]) -> dict[str, int]:
+    """The GPU groups the pod goes to (existing ones it joins, then new ones), each with its share."""
+    chosen = {group: placement.share for group in placement.groups_to_share}
+    for _ in range(placement.new_groups):
+        chosen[new_group_id()] = placement.share
+    return chosen

@@ -1,0 +1,217 @@
+"""GPU accounting from API objects, and the bar of the extender: no GPU is ever over-committed, whatever the
+interleaving of filters, binds, the binder's progress and pods finishing."""
+
+import itertools
+import threading
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from extender.ledger import PENDING_TTL_S, Ledger
+from extender.placement import FULL, GpuRequest, Policy, fit
+
+
+def node(name, gpus=4, memory=40960):
+    labels = {"nvidia.com/gpu.memory": str(memory)} if memory else {}
+    return {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def fraction_pod(name, node_name, groups, annotations=None, phase="Running", namespace="ns"):
+    labels = {"runai-gpu-group": groups[0]} if len(groups) == 1 else {f"runai-gpu-group/{g}": g for g in groups}
+    return {"metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": annotations or {"gpu-fraction": "0.5"}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "main"}]}, "status": {"phase": phase}}
+
+
+def reservation_pod(group, node_name):
+    return {"metadata": {"name": f"gpu-reservation-{group}", "namespace": "kai-resource-reservation",
+                         "labels": {"runai-gpu-group": group}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "resource-reservation"}]},
+            "status": {"phase": "Running"}}
+
+
+def bind_request(pod_name, node_name, groups, portion="0.50", phase=None, namespace="ns"):
+    br = {"metadata": {"name": pod_name, "namespace": namespace},
+          "spec": {"podName": pod_name, "selectedNode": node_name, "receivedResourceType": "Fraction",
+                   "receivedGPU": {"count": len(groups), "portion": portion}, "selectedGPUGroups": list(groups)}}
+    if phase:
+        br["status"] = {"phase": phase}
+    return br
+
+
+def test_groups_come_from_reservation_pods_pods_and_bind_requests_each_member_once():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1"))
+    ledger.upsert_pod(reservation_pod("a", "n1"))
+    ledger.upsert_pod(fraction_pod("p1", "n1", ["a"]))
+    ledger.upsert_bind_request(bind_request("p1", "n1", ["a"], phase="Succeeded"))  # same member as the pod
+    ledger.upsert_bind_request(bind_request("p2", "n1", ["a"], portion="0.25"))
+    ledger.upsert_bind_request(bind_request("p3", "n1", ["b"], portion="0.30"))
+    view = ledger.view("n1")
+    assert view.groups == {"a": 75, "b": 30}
+    assert view.free_devices == 2
+
+
+def test_finished_pods_and_failed_bind_requests_free_their_share():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1"))
+    ledger.upsert_pod(fraction_pod("p1", "n1", ["a"]))
+    ledger.upsert_bind_request(bind_request("p2", "n1", ["a"]))
+    ledger.upsert_pod(fraction_pod("p1", "n1", ["a"], phase="Succeeded"))
+    assert ledger.view("n1").groups == {"a": 50}
+    ledger.upsert_bind_request(bind_request("p2", "n1", ["a"], phase="Failed"))
+    assert ledger.view("n1").groups == {}
+
+
+def test_failed_bind_request_with_attempts_left_still_counts():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1"))
+    retrying = bind_request("p", "n1", ["a"], phase="Failed")
+    retrying["spec"]["backoffLimit"] = 3
+    retrying["status"]["failedAttempts"] = 1
+    ledger.upsert_bind_request(retrying)
+    assert ledger.view("n1").groups == {"a": 50}
+
+
+def test_gpu_memory_pods_and_whole_gpu_pods():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=4, memory=40960))
+    ledger.upsert_pod(fraction_pod("m", "n1", ["a"], annotations={"gpu-memory": "10240"}))
+    ledger.upsert_pod({"metadata": {"name": "w", "namespace": "ns"},
+                       "spec": {"nodeName": "n1", "containers": [
+                           {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+                       "status": {"phase": "Running"}})
+    view = ledger.view("n1")
+    assert view.groups == {"a": 25} and view.whole_in_use == 2 and view.free_devices == 1
+
+
+def test_our_decision_counts_until_its_bind_request_is_seen_or_released():
+    now = [0.0]
+    ledger = Ledger(clock=lambda: now[0])
+    ledger.upsert_node(node("n1", gpus=1))
+    ids = (f"g{i}" for i in itertools.count())
+    groups = ledger.place("ns", "p1", GpuRequest(fraction=60), "n1", Policy.BINPACK, lambda: next(ids))
+    assert groups == {"g0": 60}
+    assert ledger.place("ns", "p2", GpuRequest(fraction=60), "n1", Policy.BINPACK, lambda: next(ids)) == \
+        "1 GPUs, none free; largest free share 0.40 < 0.60 requested"
+    ledger.upsert_bind_request(bind_request("p1", "n1", ["g0"], portion="0.60"))
+    assert ledger.view("n1").groups == {"g0": 60}
+    ledger.place("ns", "p3", GpuRequest(fraction=40), "n1", Policy.BINPACK, lambda: next(ids))
+    assert ledger.view("n1").groups == {"g0": 100}
+    ledger.release("ns", "p3")
+    assert ledger.view("n1").groups == {"g0": 60}
+    ledger.place("ns", "p4", GpuRequest(fraction=40), "n1", Policy.BINPACK, lambda: next(ids))
+    now[0] = PENDING_TTL_S + 1
+    assert ledger.expire_pending() == 1
+    assert ledger.view("n1").groups == {"g0": 60}
+
+
+def test_concurrent_binds_to_one_node_never_over_commit():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=2))
+    counter = itertools.count()
+    placed = []
+
+    def binder(worker):
+        for index in range(50):
+            outcome = ledger.place("ns", f"w{worker}-{index}", GpuRequest(fraction=30), "n1", Policy.BINPACK,
+                                   lambda: f"g{next(counter)}")
+            if isinstance(outcome, dict):
+                placed.append(outcome)
+
+    threads = [threading.Thread(target=binder, args=(worker,)) for worker in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    view = ledger.view("n1")
+    assert len(placed) == 6  # three 0.30 shares fit on each of the two GPUs
+    assert len(view.groups) == 2 and all(used <= FULL for used in view.groups.values())
+
+
+class NeverOverCommitted(RuleBasedStateMachine):
+    """Pods asked for by the scheduler, placed on stale or fresh views, advanced by the binder, finishing or
+    failing, in any order. Truth = the shares of every pod that holds (or is about to hold) a GPU group; the
+    ledger must never see less than the truth, and the truth must never exceed a whole GPU."""
+
+    placed = Bundle("placed")
+    bound = Bundle("bound")
+
+    def __init__(self):
+        super().__init__()
+        self.ledger = Ledger()
+        self.ids = itertools.count()
+        self.names = itertools.count()
+        self.holding: dict[str, tuple[str, dict[str, int]]] = {}  # pod -> (node, groups) while it holds GPUs
+        self.stale_views = []
+        for index, (gpus, memory) in enumerate([(1, 40960), (2, 16384), (4, 81920)]):
+            self.ledger.upsert_node(node(f"n{index}", gpus, memory))
+
+    @rule(target=placed, node_index=st.integers(0, 2), share=st.integers(1, 100), devices=st.integers(1, 3),
+          memory=st.one_of(st.none(), st.integers(1024, 40960)), policy=st.sampled_from(Policy),
+          use_stale=st.booleans())
+    def place(self, node_index, share, devices, memory, policy, use_stale):
+        name = f"n{node_index}"
+        request_ = GpuRequest(memory_mib=memory, devices=devices) if memory else \
+            GpuRequest(fraction=min(share, 99), devices=devices)
+        # The filter may have looked at an older view; bind checks again, so that must not matter.
+        view = self.stale_views.pop(0) if use_stale and self.stale_views else self.ledger.view(name)
+        self.stale_views.append(self.ledger.view(name))
+        if isinstance(fit(request_, view, policy), str):
+            return None  # the filter refused the node
+        pod = f"p{next(self.names)}"
+        outcome = self.ledger.place("ns", pod, request_, name, policy, lambda: f"g{next(self.ids)}")
+        if isinstance(outcome, str):
+            return None
+        self.holding[pod] = (name, outcome)
+        return pod
+
+    @rule(target=bound, pod=consumes(placed))
+    def binder_binds(self, pod):
+        if pod is None:
+            return None
+        node_name, groups = self.holding[pod]
+        share = next(iter(groups.values()))
+        self.ledger.upsert_bind_request(bind_request(pod, node_name, list(groups), portion=f"{share / 100:.2f}"))
+        for group in groups:
+            self.ledger.upsert_pod(reservation_pod(group, node_name))
+        self.ledger.upsert_pod(fraction_pod(pod, node_name, list(groups),
+                                            annotations={"gpu-fraction": f"{share / 100:.2f}"}))
+        self.ledger.upsert_bind_request(bind_request(pod, node_name, list(groups), portion=f"{share / 100:.2f}",
+                                                     phase="Succeeded"))
+        return pod
+
+    @rule(pod=consumes(placed))
+    def bind_fails(self, pod):
+        if pod is None:
+            return
+        node_name, groups = self.holding.pop(pod)
+        self.ledger.upsert_bind_request(bind_request(pod, node_name, list(groups), phase="Failed"))
+        self.ledger.release("ns", pod)
+
+    @rule(pod=consumes(bound))
+    def pod_finishes(self, pod):
+        if pod is None:
+            return
+        node_name, groups = self.holding.pop(pod)
+        self.ledger.upsert_pod(fraction_pod(pod, node_name, list(groups), phase="Succeeded"))
+        self.ledger.delete_bind_request(bind_request(pod, node_name, list(groups)))
+
+    @invariant()
+    def no_gpu_over_committed(self):
+        truth: dict[tuple[str, str], int] = {}
+        for node_name, groups in self.holding.values():
+            for group, share in groups.items():
+                truth[(node_name, group)] = truth.get((node_name, group), 0) + share
+        for (node_name, group), share in truth.items():
+            assert share <= FULL, (node_name, group, share)
+            assert self.ledger.view(node_name).groups.get(group, 0) >= share
+        for name in self.ledger.node_names():
+            view = self.ledger.view(name)
+            assert all(used <= FULL for used in view.groups.values())
+            assert len(view.groups) + view.whole_in_use <= view.devices
+
+
+NeverOverCommitted.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_no_gpu_is_ever_over_committed = NeverOverCommitted.TestCase
