@@ -58,6 +58,8 @@ PHASE_PENDING = "Pending"
 PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
 POD_BOUND_CONDITION = "PodBound"
+# Label the KAI scheduler puts on the BindRequests it writes (the binder does not read it).
+BINDREQUEST_SELECTED_NODE_LABEL = "selected-node"
 REASON_BOUND = "Bound"
 REASON_BINDING_ERROR = "BindingError"
 

@@ -1,0 +1,121 @@
+"""The extender's verbs on a ledger, with the API calls of bind played by a fake (pure logic); the real
+scheduler, binder and API server come in the end-to-end tests."""
+
+import json
+
+import pytest
+
+from extender import protocol
+from extender.ledger import Ledger
+from extender.placement import request_of
+from extender.verbs import NOT_IN_CACHE, BindOutcome, Verbs, bind_request_manifest
+from tests.extender.ledger_kit import node
+
+
+def pod(name="p", annotations=None, uid="uid-1"):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main"}]}}
+
+
+class FakeBindRequests:
+    def __init__(self, outcome=BindOutcome(True)):
+        self.outcome = outcome
+        self.created = []
+        self.deleted = []
+
+    def create(self, manifest):
+        self.created.append(manifest)
+        return manifest
+
+    def wait(self, bind_request, timeout_s):
+        return self.outcome
+
+    def delete(self, bind_request):
+        self.deleted.append(bind_request)
+
+
+def verbs_with(nodes, outcome=BindOutcome(True)):
+    ledger = Ledger()
+    for item in nodes:
+        ledger.upsert_node(item)
+    ids = iter(f"group-{i}" for i in range(100))
+    fake = FakeBindRequests(outcome)
+    return Verbs(ledger, fake, new_group_id=lambda: next(ids)), fake, ledger
+
+
+def test_filter_refuses_full_and_unknown_nodes_with_reasons():
+    verbs, _, _ = verbs_with([node("n1", gpus=1), node("n2", gpus=1)])
+    assert verbs.bind(pod("a", {"gpu-fraction": "0.75"}), "n1") == ""
+    fitting, refused = verbs.filter(pod("b", {"gpu-fraction": "0.5"}), ["n1", "n2", "ghost"])
+    assert fitting == ["n2"]
+    assert refused == {"n1": "1 GPUs, none free; largest free share 0.25 < 0.50 requested", "ghost": NOT_IN_CACHE}
+
+
+def test_pods_without_a_shared_request_pass_through():
+    verbs, _, _ = verbs_with([node("n1", gpus=0)])
+    assert verbs.filter(pod("cpu"), ["n1"]) == (["n1"], {})
+    assert verbs.prioritize(pod("cpu"), ["n1"]) == {}
+
+
+def test_bind_writes_the_bind_request_the_kai_scheduler_would():
+    verbs, fake, _ = verbs_with([node("n1", gpus=2)])
+    assert verbs.bind(pod("trainer", {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}), "n1") == ""
+    assert fake.created == [{
+        "apiVersion": "scheduling.run.ai/v1alpha2", "kind": "BindRequest",
+        "metadata": {"name": "trainer", "namespace": "ns", "labels": {"selected-node": "n1"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "trainer", "uid": "uid-1"}]},
+        "spec": {"podName": "trainer", "selectedNode": "n1", "receivedResourceType": "Fraction",
+                 "receivedGPU": {"count": 2, "portion": "0.50"}, "selectedGPUGroups": ["group-0", "group-1"]}}]
+
+
+def test_whole_gpu_and_cpu_pods_get_regular_bind_requests():
+    whole = pod("w")
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    assert bind_request_manifest(whole, "n1", request_of(whole), None)["spec"] == {
+        "podName": "w", "selectedNode": "n1", "receivedResourceType": "Regular",
+        "receivedGPU": {"count": 2, "portion": "1.00"}}
+    assert bind_request_manifest(pod("c"), "n1", request_of(pod("c")), None)["spec"]["receivedGPU"] == {
+        "count": 0, "portion": "0.00"}
+
+
+def test_a_failed_bind_returns_the_binder_reason_deletes_the_bind_request_and_frees_the_share():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=1)], BindOutcome(False, "reservation pod failed"))
+    assert verbs.bind(pod("a", {"gpu-fraction": "0.5"}), "n1") == "reservation pod failed"
+    assert fake.deleted == fake.created
+    assert ledger.view("n1").groups == {}
+
+
+def test_bind_checks_again_and_refuses_a_node_that_filled_up_since_filter():
+    verbs, fake, _ = verbs_with([node("n1", gpus=1)])
+    assert verbs.filter(pod("a", {"gpu-fraction": "0.6"}), ["n1"])[0] == ["n1"]
+    assert verbs.filter(pod("b", {"gpu-fraction": "0.6"}), ["n1"])[0] == ["n1"]
+    assert verbs.bind(pod("a", {"gpu-fraction": "0.6"}), "n1") == ""
+    refusal = verbs.bind(pod("b", {"gpu-fraction": "0.6"}), "n1")
+    assert "cannot take pod \"ns/b\" any more" in refusal and len(fake.created) == 1
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"not json", "request body is not JSON"),
+    (b"[]", "request body must be a JSON object"),
+    (b'{"Pod": null, "NodeNames": []}', "ExtenderArgs.Pod is missing"),
+    (b'{"Pod": {"metadata": {}}}', "ExtenderArgs has neither NodeNames nor Nodes"),
+    (b'{"Pod": {"metadata": {}}, "NodeNames": [1]}', "ExtenderArgs.NodeNames must be a list"),
+])
+def test_malformed_extender_args_get_a_clear_error(body, message):
+    with pytest.raises(protocol.BadRequest, match=message):
+        protocol.decode_filter_args(body)
+
+
+def test_both_node_cache_modes_round_trip():
+    nodes = {"items": [{"metadata": {"name": "n1"}}, {"metadata": {"name": "n2"}}]}
+    by_object = protocol.decode_filter_args(json.dumps({"pod": pod(), "nodes": nodes}).encode())
+    assert not by_object.node_cache_capable and by_object.node_names == ["n1", "n2"]
+    assert protocol.filter_result(by_object, ["n2"], {"n1": "full"})["Nodes"]["items"] == [
+        {"metadata": {"name": "n2"}}]
+    by_name = protocol.decode_filter_args(json.dumps({"Pod": pod(), "NodeNames": ["n1", "n2"]}).encode())
+    assert protocol.filter_result(by_name, ["n2"], {"n1": "full"}) == {
+        "NodeNames": ["n2"], "FailedNodes": {"n1": "full"}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    assert protocol.decode_bind_args(b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"}') == \
+        protocol.BindArgs("p", "ns", "u", "n1")
+    with pytest.raises(protocol.BadRequest, match="missing node"):
+        protocol.decode_bind_args(b'{"PodName": "p", "PodNamespace": "ns"}')
