@@ -11,6 +11,8 @@ from extender.placement import request_of
 from extender.verbs import NOT_IN_CACHE, BindOutcome, Verbs, bind_request_manifest
 from tests.extender.ledger_kit import node
 
+BOUND = BindOutcome(True)
+
 
 def pod(name="p", annotations=None, uid="uid-1"):
     return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "annotations": annotations or {}},
@@ -18,7 +20,7 @@ def pod(name="p", annotations=None, uid="uid-1"):
 
 
 class FakeBindRequests:
-    def __init__(self, outcome=BindOutcome(True)):
+    def __init__(self, outcome=BOUND):
         self.outcome = outcome
         self.created = []
         self.deleted = []
@@ -34,7 +36,7 @@ class FakeBindRequests:
         self.deleted.append(bind_request)
 
 
-def verbs_with(nodes, outcome=BindOutcome(True)):
+def verbs_with(nodes, outcome=BOUND):
     ledger = Ledger()
     for item in nodes:
         ledger.upsert_node(item)
