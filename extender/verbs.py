@@ -47,10 +47,12 @@ def _pod_key(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 class Verbs:
-    def __init__(self, ledger: Ledger, bind_requests: BindRequests, policy: Policy = Policy.BINPACK,
+    def __init__(self, ledger: Ledger, bind_requests: BindRequests,
+                 find_pod: Callable[[str, str], dict[str, Any] | None], policy: Policy = Policy.BINPACK,
                  bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
         self.ledger = ledger
         self.bind_requests = bind_requests
+        self.find_pod = find_pod
         self.policy = policy
         self.bind_timeout_s = bind_timeout_s
         self.new_group_id = new_group_id
@@ -72,6 +74,16 @@ class Verbs:
         views, _ = self._views(node_names)
         fits, _ = filter_nodes(request, views, self.policy)
         return scores(fits, {view.name: view for view in views}, self.policy)
+
+    def bind_by_name(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind as the scheduler asks it (by name and uid); "" once bound, else why not."""
+        pod = self.find_pod(namespace, name)
+        if pod is None:
+            return f'pods "{name}" not found in namespace "{namespace}"'
+        current_uid = (pod.get("metadata") or {}).get("uid", "")
+        if uid and current_uid and uid != current_uid:
+            return f'pod "{namespace}/{name}" was replaced (uid {current_uid}, the scheduler asked for {uid})'
+        return self.bind(pod, node)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """Hand the pod to the binder through a BindRequest; "" once bound, else why not."""

@@ -42,7 +42,7 @@ def verbs_with(nodes, outcome=BOUND):
         ledger.upsert_node(item)
     ids = iter(f"group-{i}" for i in range(100))
     fake = FakeBindRequests(outcome)
-    return Verbs(ledger, fake, new_group_id=lambda: next(ids)), fake, ledger
+    return Verbs(ledger, fake, lambda namespace, name: None, new_group_id=lambda: next(ids)), fake, ledger
 
 
 def test_filter_refuses_full_and_unknown_nodes_with_reasons():

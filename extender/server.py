@@ -1,0 +1,157 @@
+"""The extender's HTTP side: POST <prefix>/filter, /prioritize and /bind from the kube-scheduler.
+
+Every request is answered with the verb's result type; a body that cannot be read, or a verb that fails,
+gives that type's `Error` (the scheduler shows it as the pod's scheduling failure) and a log line, never a
+500 with a traceback. The scheduler is the only client (a sidecar on localhost), so a thread per
+connection is plenty; a bind holds its thread while it waits for the binder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from extender import protocol
+from extender.placement import InvalidRequest
+from extender.verbs import Verbs
+
+log = logging.getLogger("extender.server")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024  # 5,000 Node objects when the scheduler is not nodeCacheCapable
+IDLE_TIMEOUT_S = 120.0
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.latency = Histogram("fracgpu_extender_request_duration_seconds", "Time to answer a verb", ["verb"],
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
+                                 registry=registry)
+        self.filtered_nodes = Counter("fracgpu_extender_filter_nodes_total",
+                                      "Nodes judged by filter, by outcome (fit, refused)", ["outcome"],
+                                      registry=registry)
+        self.binds = Counter("fracgpu_extender_binds_total",
+                             "Bind calls by outcome: bound, failed (the binder's reason went back), refused "
+                             "(the node filled up since filter), error (bad request)", ["outcome"],
+                             registry=registry)
+        self.bind_to_bound = Histogram("fracgpu_extender_bind_to_bound_seconds",
+                                       "From the scheduler's bind call to the pod bound",
+                                       buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25), registry=registry)
+
+
+class ExtenderServer:
+    def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics) -> None:
+        self.verbs = verbs
+        self.metrics = metrics
+        self.routes: dict[str, Callable[[bytes], Any]] = {
+            "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind}
+        self.httpd = ThreadingHTTPServer(address, _handler(self))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="extender-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answer(self, verb: str, body: bytes) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.routes[verb](body)
+        finally:
+            self.metrics.latency.labels(verb).observe(time.perf_counter() - started)
+
+    # -- verbs ------------------------------------------------------------------------------------------------
+
+    def _filter(self, body: bytes) -> dict[str, Any]:
+        try:
+            args = protocol.decode_filter_args(body)
+            fitting, refused = self.verbs.filter(args.pod, args.node_names)
+        except (protocol.BadRequest, InvalidRequest) as error:
+            log.warning("filter refused the request", extra={"fields": {"error": str(error)}})
+            return protocol.filter_error(str(error))
+        self.metrics.filtered_nodes.labels("fit").inc(len(fitting))
+        self.metrics.filtered_nodes.labels("refused").inc(len(refused))
+        if not fitting:
+            meta = args.pod.get("metadata") or {}
+            log.info("pod fits no node", extra={"pod": meta.get("name"), "namespace": meta.get("namespace"),
+                                                "fields": {"nodes": len(args.node_names),
+                                                           "reasons": sorted(set(refused.values()))[:5]}})
+        return protocol.filter_result(args, fitting, refused)
+
+    def _prioritize(self, body: bytes) -> list[dict[str, Any]]:
+        try:
+            args = protocol.decode_filter_args(body)
+            scores = self.verbs.prioritize(args.pod, args.node_names)
+        except (protocol.BadRequest, InvalidRequest) as error:
+            # HostPriorityList has no error field: a list of zeros leaves the choice to the scheduler.
+            log.warning("prioritize could not read the request", extra={"fields": {"error": str(error)}})
+            return []
+        return protocol.priority_list(scores, args.node_names)
+
+    def _bind(self, body: bytes) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            args = protocol.decode_bind_args(body)
+        except protocol.BadRequest as error:
+            self.metrics.binds.labels("error").inc()
+            log.warning("bind refused the request", extra={"fields": {"error": str(error)}})
+            return protocol.bind_result(str(error))
+        error = self.verbs.bind_by_name(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        if not error:
+            self.metrics.binds.labels("bound").inc()
+            self.metrics.bind_to_bound.observe(time.perf_counter() - started)
+        else:
+            self.metrics.binds.labels("refused" if "any more" in error else "failed").inc()
+        return protocol.bind_result(error)
+
+
+def _handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # the scheduler keeps its connections open
+        timeout = IDLE_TIMEOUT_S
+
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True
+                self._send(413 if length > 0 else 411, {"Error": "a Content-Length up to 64 MiB is required"})
+                return
+            body = self.rfile.read(length)  # read even when refused: the connection stays usable
+            if verb not in server.routes:
+                self._send(404, {"Error": f"unknown verb {verb!r}: use filter, prioritize or bind"})
+                return
+            try:
+                self._send(200, server.answer(verb, body))
+            except Exception as error:  # noqa: BLE001 - a bug answers the scheduler, and the server keeps serving
+                log.exception("verb failed", extra={"fields": {"verb": verb}})
+                self._send(200, [] if verb == "prioritize" else {"Error": f"extender {verb} failed: {error}"})
+
+        def _send(self, code: int, document: Any) -> None:
+            payload = json.dumps(document).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            return  # every verb call has its own structured line where it matters
+
+    return Handler
