@@ -72,7 +72,8 @@ class BinderApp:
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
-                                 self.metrics.reservation_wait.observe)
+                                 self.metrics.reservation_wait.observe,
+                                 apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
                                                 self.record_event, self.reporter)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
@@ -131,7 +132,10 @@ class BinderApp:
             try:
                 with self.metrics.reconcile_seconds.time():
                     result = self.controller.reconcile(key)
-                if result.retry:
+                if result.requeue_after is not None:
+                    self.queue.forget(key)
+                    self.queue.add_after(key, result.requeue_after)
+                elif result.retry:
                     self.queue.add_rate_limited(key)
                 else:
                     self.queue.forget(key)

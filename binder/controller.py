@@ -16,7 +16,7 @@ from binder import status as st
 from binder.kube.cache import Caches
 from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
 from binder.metrics import BinderMetrics
-from binder.pipeline import BindFailure, Pipeline
+from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.reporter import BackgroundReporter
 from common import names
 
@@ -26,16 +26,35 @@ log = logging.getLogger("binder.controller")
 @dataclass(frozen=True)
 class Result:
     retry: bool = False
+    # Come back after this many seconds without counting a failure (an undecided Binding).
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class UndecidedBinding:
+    """A Binding whose outcome is unknown (binder/pipeline.py BindOutcomeUnknown), waiting to be decided."""
+
+    bind_request_uid: str
+    pod_uid: str
+    decide_after: float  # time.monotonic()
+    message: str
+
+
+OUTCOME_UNKNOWN = "outcome_unknown"
+UNDECIDED_RETRY_S = 1.0
 
 
 class Attempt:
     """What one reconcile found and did: filled in step by step, then reported."""
 
-    def __init__(self, bind_request: dict[str, Any]) -> None:
+    def __init__(self, key: str, bind_request: dict[str, Any]) -> None:
+        self.key = key
         self.bind_request = bind_request
         self.pod: dict[str, Any] | None = None
         self.error: str | None = None
         self.step = ""
+        self.decide_after = 0.0
+        self.unknown_message = ""
 
 
 class BindRequestController:
@@ -50,6 +69,7 @@ class BindRequestController:
         self.reporter = reporter
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
+        self._undecided: dict[str, UndecidedBinding] = {}
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: str) -> Result:
@@ -59,16 +79,18 @@ class BindRequestController:
         if bind_request is None:
             log.debug("BindRequest not found, probably deleted", extra=fields)
             self._first_seen.pop(key, None)
+            self._undecided.pop(key, None)
             return Result()
         if not st.needs_binding(bind_request):
             self._first_seen.pop(key, None)
+            self._undecided.pop(key, None)
             return Result()
         self._first_seen.setdefault(key, time.monotonic())
         spec = st.spec(bind_request)
         fields.update(pod=spec.get("podName"), node=spec.get("selectedNode"))
         log.info("Reconciling BindRequest", extra=fields)
 
-        attempt = Attempt(bind_request)
+        attempt = Attempt(key, bind_request)
         try:
             self._attempt(attempt, fields)
         except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
@@ -98,18 +120,69 @@ class BindRequestController:
             if not attempt.error:
                 log.info("Pod is already bound to node", extra=fields)
             return
+        undecided = self._undecided.get(attempt.key)
+        if undecided is not None and (undecided.bind_request_uid != st.uid(bind_request)
+                                      or undecided.pod_uid != st.uid(attempt.pod)):
+            self._undecided.pop(attempt.key, None)  # a new BindRequest or pod under the same name: start afresh
+            undecided = None
+        if undecided is not None and not self._decide(attempt, undecided, fields):
+            return
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
             attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
             return
         ctx = self.pipeline.context(attempt.pod, node, bind_request)
+        if undecided is not None:
+            # The Binding of an earlier attempt is decided: it did not take effect. Only now is undoing safe.
+            attempt.error, attempt.step = undecided.message, "binding"
+            log.warning("bind failed: the binding did not take effect: %s", undecided.message, extra=fields)
+            self.pipeline.rollback(ctx)
+            return
         try:
             self.pipeline.bind(ctx)
             attempt.step = "bound"
+        except BindOutcomeUnknown as unknown:
+            attempt.step, attempt.decide_after, attempt.unknown_message = OUTCOME_UNKNOWN, unknown.decide_after, \
+                str(unknown)
         except BindFailure as failure:
             attempt.error, attempt.step = str(failure), failure.step
             log.warning("bind failed: %s", failure, extra=fields)
             self.pipeline.rollback(ctx)
+
+    def _decide(self, attempt: Attempt, undecided: UndecidedBinding, fields: dict[str, Any]) -> bool:
+        """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
+
+        Returns True when a read made after the server-side deadline shows that Binding did not take
+        effect (the caller reports the failure and rolls back); otherwise fills in `attempt` and returns
+        False: still undecided (wait), or decided another way (bound, pod gone).
+        """
+        pod = attempt.pod or {}
+        attempt.step, attempt.unknown_message = OUTCOME_UNKNOWN, undecided.message
+        attempt.decide_after = undecided.decide_after
+        if time.monotonic() < undecided.decide_after:
+            return False
+        meta = pod.get("metadata") or {}
+        try:
+            current = self.client.get(pod_path(meta.get("namespace", ""), meta.get("name", "")))
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("cannot decide the earlier binding yet: %s", error, extra=fields)
+                attempt.decide_after = time.monotonic() + UNDECIDED_RETRY_S
+                return False
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            return False
+        if st.uid(current) != undecided.pod_uid:
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            return False
+        attempt.pod = current
+        node_name = st.spec(attempt.bind_request)["selectedNode"]
+        if (current.get("spec") or {}).get("nodeName"):
+            attempt.error = st.already_bound_error(current, node_name)
+            attempt.step = "bound_elsewhere" if attempt.error else "bound"
+            if not attempt.error:
+                log.info("the earlier binding went through after all: the pod is bound", extra=fields)
+            return False
+        return True
 
     def _read(self, cached: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
         """The cached object, or on a cache miss the API server's answer (None when it does not exist).
@@ -128,6 +201,14 @@ class BindRequestController:
     # ------------------------------------------------------------------ report
     def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:
         bind_request = attempt.bind_request
+        if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
+            # Nothing is written and no attempt counted: the outcome is not known yet (DECISIONS 2.3).
+            if key not in self._undecided:
+                self._undecided[key] = UndecidedBinding(st.uid(bind_request), st.uid(attempt.pod or {}),
+                                                        attempt.decide_after, attempt.unknown_message)
+                self.metrics.bind_attempts.labels(outcome="unknown", reason=OUTCOME_UNKNOWN).inc()
+            return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
+        self._undecided.pop(key, None)
         if attempt.error is None:
             decision = st.decide_success(bind_request)
             seen = self._first_seen.pop(key, None)

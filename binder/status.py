@@ -29,6 +29,10 @@ def status(bind_request: dict[str, Any]) -> dict[str, Any]:
     return bind_request.get("status") or {}
 
 
+def uid(obj: dict[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("uid") or ""
+
+
 def backoff_limit(bind_request: dict[str, Any]) -> int:
     """`spec.backoffLimit`, with unset (or unusable) counting as 1, the way the scheduler reads it."""
     value = spec(bind_request).get("backoffLimit")

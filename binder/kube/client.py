@@ -62,6 +62,15 @@ class ApiError(Exception):
         """True when no answer arrived (timeout, reset): the request may or may not have taken effect."""
         return self.status == 0
 
+    @property
+    def outcome_unknown(self) -> bool:
+        """True when a write may or may not have taken effect: no answer (timeout, reset) or a 5xx.
+
+        A 5xx (an apiserver or etcd timeout above all) can come after the write was committed, or be
+        followed by its commit: only a read made after the server-side deadline tells.
+        """
+        return self.transport or self.status >= 500
+
 
 class TransportError(ApiError):
     """The connection failed or timed out before an answer arrived."""
@@ -152,8 +161,9 @@ class KubeClient:
     def __init__(self, host: str, *, token: str | None = None, ca_file: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, verify: bool = True,
                  qps: float = 50.0, burst: int = 300, pool_size: int = 64,
-                 token_source: Callable[[], str | None] | None = None) -> None:
+                 token_source: Callable[[], str | None] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.host = host.rstrip("/")
+        self.timeout = float(timeout)
         self.bucket = TokenBucket(qps, burst)
         self._token = token
         self._token_source = token_source
@@ -180,7 +190,8 @@ class KubeClient:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300) -> KubeClient:
+    def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
+                        timeout: float = DEFAULT_TIMEOUT) -> KubeClient:
         """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
         from kubernetes import client as k8s_client
         from kubernetes import config as k8s_config
@@ -211,6 +222,7 @@ class KubeClient:
             qps=qps,
             burst=burst,
             token_source=token_source,
+            timeout=timeout,
         )
 
     # ------------------------------------------------------------------ core
@@ -234,7 +246,7 @@ class KubeClient:
             headers["Content-Type"] = content_type
             data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         if timeout is None:
-            timeout = DEFAULT_TIMEOUT
+            timeout = self.timeout
         if not isinstance(timeout, tuple):
             timeout = (min(CONNECT_TIMEOUT, timeout), timeout)
         try:

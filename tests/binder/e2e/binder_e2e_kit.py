@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from common import names
 from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
 
@@ -133,6 +134,30 @@ def pod_condition(pod: dict) -> dict | None:
 def events_for(kube: KubeClient, namespace: str, name: str, kind: str = "Pod") -> list[dict]:
     items = kube.get(f"/api/v1/namespaces/{namespace}/events").get("items") or []
     return [e for e in items if e["involvedObject"].get("name") == name and e["involvedObject"].get("kind") == kind]
+
+
+def reservation_name(node: str, group: str) -> str:
+    return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).digest()[:8].hex()
+
+
+def configmaps(kube: KubeClient, namespace: str, pod: str) -> dict[str, dict]:
+    prefix = f"{pod}-bcd2345-shared-gpu-0"
+    found = {}
+    for name in (prefix, prefix + "-evar"):
+        try:
+            found[name] = kube.get(configmap_path(namespace, name))
+        except ApiError as error:
+            assert error.not_found
+    return found
+
+
+def exists(kube: KubeClient, path: str) -> bool:
+    try:
+        kube.get(path)
+        return True
+    except ApiError as error:
+        assert error.not_found
+        return False
 
 
 def run_binder_process(control_plane: Any, *argv: str, log_path: Path) -> subprocess.Popen:
