@@ -64,6 +64,9 @@ class BinderApp:
         self.metrics = metrics or BinderMetrics()
         client.on_response = self.metrics.observe_api
         self.identity = settings.identity or default_identity()
+        if settings.leader_elect:
+            # No write leaves this process without a valid lease (binder/kube/fencing.py).
+            client.guard.arm()
         self.caches = Caches.build(client)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client.background(), self.identity,
@@ -197,9 +200,15 @@ class BinderApp:
             return True, "leading" if self.elector.leading.is_set() else "standing by"
         return True, "ok"
 
+    def live(self) -> tuple[bool, str]:
+        """Liveness: fails when leader election is dead or a leader is past its renew deadline unnoticed."""
+        if self.elector is None:
+            return True, "ok"
+        return self.elector.healthy(grace=self.settings.retry_period_s)
+
     def start(self, sync_timeout: float | None = None) -> None:
         for address, routes, name in (
-                (self.settings.health_address, health_routes(self.ready), "health"),
+                (self.settings.health_address, health_routes(self.ready, self.live), "health"),
                 (self.settings.metrics_address, metrics_routes(self.metrics.exposition), "metrics")):
             if address is not None:
                 endpoint = HttpEndpoint(address, routes, name)
@@ -213,9 +222,10 @@ class BinderApp:
         if self.settings.leader_elect:
             s = self.settings
             self.elector = LeaderElector(
-                self.client, s.leader_election_namespace or default_lease_namespace(), s.leader_election_id,
+                self.client.for_lease(), s.leader_election_namespace or default_lease_namespace(), s.leader_election_id,
                 self.identity, lease_duration=s.lease_duration_s, renew_deadline=s.renew_deadline_s,
-                retry_period=s.retry_period_s, on_started=self._start_working, on_stopped=self._lease_lost)
+                retry_period=s.retry_period_s, on_started=self._start_working, on_stopped=self._lease_lost,
+                guard=self.client.guard)
             self.elector.start()
         else:
             self._start_working()
@@ -226,11 +236,12 @@ class BinderApp:
     def shutdown(self) -> bool:
         """Stop taking work, let binds in flight finish within the timeout, release the lease.
 
-        Returns True when every in-flight bind finished in time.
+        After a lost lease nothing is waited for: every write is fenced already, and the process exits at
+        once so a new leader owns the work. Returns True when every in-flight bind finished in time.
         """
         self.queue.shutdown()
         self.group_queue.shutdown()
-        timeout = self.settings.shutdown_timeout_s
+        timeout = 0.0 if self.lost_lease else self.settings.shutdown_timeout_s
         deadline = threading.Event()
         timer = threading.Timer(timeout, deadline.set)
         timer.start()

@@ -16,6 +16,7 @@ path, status, start, duration, rule) for tests to assert on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 import threading
@@ -177,7 +178,8 @@ class HttpFaultProxy:
         except (ConnectionError, aiohttp.ClientError):
             pass  # the client went away (gave up, or was stopped): nothing left to answer
         finally:
-            await stream.aclose()
+            with contextlib.suppress(RuntimeError):  # still running when this handler is cancelled
+                await stream.aclose()
         return response
 
     async def _upstream(self, request: web.Request, body: bytes, delay: float) -> tuple[int, dict[str, str], Any]:

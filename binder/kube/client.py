@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+
+from binder.kube.fencing import WRITE_METHODS, WriteGuard
+from binder.kube.tokenbucket import TokenBucket
+
+__all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError"]
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -72,66 +75,26 @@ class ApiError(Exception):
         return self.transport or self.status >= 500
 
 
+class FencedError(ApiError):
+    """A write refused inside this process: the leader lease it needs is no longer surely held.
+
+    Nothing was sent, so the outcome is known (nothing happened); the binder is about to stop leading.
+    """
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, "LeaseNotHeld", f"{method} {path}: not sent: the leader lease is not held", {})
+
+    @property
+    def transport(self) -> bool:
+        return False
+
+
 class TransportError(ApiError):
     """The connection failed or timed out before an answer arrived."""
 
     def __init__(self, method: str, path: str, cause: Exception) -> None:
         super().__init__(0, "TransportError", f"{method} {path}: {type(cause).__name__}: {cause}", {})
         self.cause = cause
-
-
-class TokenBucket:
-    """Thread-safe token bucket: `rate` tokens per second, at most `burst` saved up.
-
-    A caller that finds the bucket empty reserves the next token (the count goes negative) and sleeps
-    until it is due, so waiting callers are served in arrival order and the long-run rate holds exactly.
-    A rate <= 0 means unlimited.
-    """
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.rate = float(rate)
-        self.burst = max(1, int(burst))
-        self._tokens = float(self.burst)
-        self._clock = clock
-        self._sleep = sleep
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Take one token; return how many seconds the caller must wait before using it."""
-        if self.rate <= 0:
-            return 0.0
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-
-    def acquire(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            self._sleep(delay)
-
-    def acquire_spare(self) -> None:
-        """Take a token only when no reserving caller is owed one: background work yields to binds.
-
-        Reserving callers push the count below zero and are served in order; a spare caller waits until
-        a whole token is free again, so under load it gets only what the bind path leaves over.
-        """
-        if self.rate <= 0:
-            return
-        while True:
-            with self._lock:
-                now = self._clock()
-                self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-                self._last = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                wait = (1.0 - self._tokens) / self.rate
-            self._sleep(max(wait, 0.001))
 
 
 def _error_from_response(method: str, path: str, response: requests.Response) -> ApiError:
@@ -180,6 +143,17 @@ class KubeClient:
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
+        # Fencing of writes on the leader lease (binder/kube/fencing.py); shared by every view.
+        self.guard = WriteGuard()
+
+    def for_lease(self, qps: float = 5.0, burst: int = 10) -> KubeClient:
+        """The same session for leader election: its own token bucket, so a lease renew never queues
+        behind binds (controller-runtime gives leader election its own client too), and no fencing."""
+        view = copy.copy(self)
+        view.bucket = TokenBucket(qps, burst)
+        view.guard = WriteGuard()
+        view._spare_tokens_only = False
+        return view
 
     def background(self) -> KubeClient:
         """The same client (session, credentials, bucket) for work that may wait for the bind path:
@@ -240,6 +214,8 @@ class KubeClient:
             self.bucket.acquire_spare()
         else:
             self.bucket.acquire()
+        if method in WRITE_METHODS and not self.guard.allows_writes():
+            raise FencedError(method, path)
         headers = self._auth_headers()
         data = None
         if body is not None:
