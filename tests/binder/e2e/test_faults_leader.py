@@ -57,6 +57,33 @@ def test_a_leader_cut_off_from_its_lease_writes_nothing_after_its_renew_deadline
     assert configmaps(kube, namespace, "fz") == {}
 
 
+def test_a_wedged_leader_has_its_writes_fenced_after_its_renew_deadline(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    """The election thread itself is stuck, so nothing notices the loss: only the fence stops the writes."""
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "fw", fraction="0.5")
+    node_player.paused = True
+    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+                 *leader_flags(namespace))
+    assert app.elector is not None and app.elector.leading.wait(10)
+    make_bind_request(kube, namespace, "fw", node, fraction_groups=["gw"])
+    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, "gw"))))
+    wedge = threading.Event()
+    app.elector.try_acquire_or_renew = lambda *args, **kwargs: wedge.wait()
+    try:
+        wedged = time.monotonic()
+        time.sleep(RENEW + 0.5)
+        node_player.paused = False
+        time.sleep(3)
+        late = [r for r in fault_proxy.log if r["method"] in WRITES and "/leases" not in r["path"]
+                and r["start"] > wedged + RENEW]
+        assert late == [], late
+        assert not kube.get(pod_path(namespace, "fw"))["spec"].get("nodeName")
+        assert configmaps(kube, namespace, "fw") == {}
+    finally:
+        wedge.set()
+
+
 def test_liveness_fails_when_the_elector_is_wedged(binder, kube, namespace):
     app = binder(*leader_flags(namespace))
     assert app.elector is not None and app.elector.leading.wait(10)
