@@ -64,6 +64,7 @@ class BinderApp:
         self.metrics = metrics or BinderMetrics()
         client.on_response = self.metrics.observe_api
         self.identity = settings.identity or default_identity()
+        client.reserve_background_share(settings.report_qps_share)
         if settings.leader_elect:
             # No write leaves this process without a valid lease (binder/kube/fencing.py).
             client.guard.arm()
@@ -71,14 +72,15 @@ class BinderApp:
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
-        self.reporter = BackgroundReporter()
+        self.reporter = BackgroundReporter(on_depth=self.metrics.reports_pending.set,
+                                           max_pending=settings.max_pending_reports)
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event, self.reporter)
+                                                self.record_event, self.reporter, self._success_written)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
         self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
@@ -106,6 +108,18 @@ class BinderApp:
     def _on_bindrequest_delete(self, bind_request: dict) -> None:
         """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
         if st.is_fraction(bind_request):
+            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+                if st.is_group_name(group):
+                    self.group_queue.add(group)
+
+    def _success_written(self, bind_request: dict) -> None:
+        """A success report landed. If the pod already finished or is gone, the group syncs its completion
+        triggered ran while this BindRequest still counted as active and kept the reservation: sync again."""
+        if not st.is_fraction(bind_request):
+            return
+        meta = bind_request.get("metadata") or {}
+        pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
+        if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             for group in st.spec(bind_request).get("selectedGPUGroups") or []:
                 if st.is_group_name(group):
                     self.group_queue.add(group)
@@ -254,6 +268,7 @@ class BinderApp:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
         self.reporter.flush(min(10.0, timeout))
         self.record_event.flush(min(5.0, timeout))
+        self.reporter.stop()
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)
         self.caches.stop()

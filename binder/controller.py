@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from binder import outcome
 from binder import status as st
 from binder.kube.cache import Caches
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
+from binder.kube.client import ApiError, KubeClient, node_path, pod_path
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.reporter import BackgroundReporter
-from common import names
 
 log = logging.getLogger("binder.controller")
 
@@ -59,14 +60,16 @@ class Attempt:
 
 class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
-                 record_event: Any, reporter: BackgroundReporter | None = None) -> None:
+                 record_event: Any, reporter: BackgroundReporter | None = None,
+                 on_success_written: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
         self.metrics = metrics
         self.record_event = record_event
-        # Success reports (status, condition) use spare tokens only; see binder/reporter.py.
+        # Success reports (status, condition, event) wait behind binds; see binder/reporter.py.
         self.reporter = reporter
+        self.on_success_written = on_success_written
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
@@ -222,10 +225,17 @@ class BindRequestController:
                 self._first_seen.pop(key, None)
         pod_report = st.report(bind_request, attempt.error)
         if attempt.error is None and self.reporter is not None:
-            self.reporter.submit(lambda: self._write_outcome(bind_request, decision, attempt.pod, pod_report,
-                                                             fields, self._report_client))
+            # Kept and retried by the reporter until written: the key may be forgotten here (H2).
+            self.reporter.submit(key, outcome.SuccessReport(
+                self._report_client, bind_request, attempt.pod, pod_report, fields, self.record_event,
+                self.caches.bindrequests.store_local, self.on_success_written))
             return Result()
-        written = self._write_outcome(bind_request, decision, attempt.pod, pod_report, fields, self.client)
+        error = attempt.error
+
+        def decide(current: dict[str, Any]) -> st.StatusDecision:
+            return st.decide_success(current) if error is None else st.decide_failure(current, error)
+
+        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields)
         retry = decision.retry
         if attempt.error is not None and not written:
             # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.
@@ -236,43 +246,12 @@ class BindRequestController:
             self.metrics.retries.inc()
         return Result(retry=retry)
 
-    def _write_outcome(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                       pod: dict[str, Any] | None, pod_report: st.PodReport, fields: dict[str, Any],
-                       client: KubeClient) -> bool:
-        """Write status, condition and event; return whether the status write succeeded (or was not needed)."""
-        written = self._write_status(bind_request, decision, fields, client)
+    def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
+                       pod_report: st.PodReport, fields: dict[str, Any]) -> bool:
+        """Write status, condition and event now; return whether the status is written (or was not needed)."""
+        written = outcome.write_status(self.client, bind_request, decide, fields, self.caches.bindrequests.store_local)
         if pod is not None:
-            self._write_condition(pod, pod_report, fields, client)
-            self.record_event(pod, pod_report.event_type, pod_report.reason, pod_report.message)
-        else:
-            # No pod to tell: the Warning goes on the BindRequest itself.
-            about = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
-                     "kind": names.BINDREQUEST_KIND, "metadata": bind_request.get("metadata") or {}}
-            self.record_event(about, pod_report.event_type, pod_report.reason, pod_report.message)
+            outcome.write_condition(self.client, pod, pod_report, fields)
+        self.record_event(outcome.event_subject(bind_request, pod), pod_report.event_type, pod_report.reason,
+                          pod_report.message)
         return written
-
-    def _write_status(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                      fields: dict[str, Any], client: KubeClient) -> bool:
-        body = decision.patch(st.status(bind_request))
-        if body is None:
-            return True
-        meta = bind_request["metadata"]
-        try:
-            updated = client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
-        except ApiError as error:
-            log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
-            return False
-        self.caches.bindrequests.store_local(updated)
-        return True
-
-    def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any],
-                         client: KubeClient) -> None:
-        condition = pod_report.condition((pod.get("status") or {}).get("conditions"), st.now_rfc3339())
-        if condition is None:
-            return
-        meta = pod["metadata"]
-        try:
-            client.patch(pod_path(meta["namespace"], meta["name"], "status"),
-                              {"status": {"conditions": [condition]}}, patch_type="strategic")
-        except ApiError as error:
-            log.warning("could not set the PodBound condition: %s", error, extra=fields)

@@ -42,6 +42,8 @@ class Settings:
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
+    max_pending_reports: int = 2000
+    report_qps_share: float = 0.25
     apiserver_request_timeout_s: float = 60.0
     identity: str = ""
     log_format: str = "json"
@@ -104,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--apiserver-request-timeout", type=float, default=60.0,
                    help="the kube-apiserver's --request-timeout: a Binding answered by a timeout, a reset or "
                         "a 5xx is decided from a read made only after this long")
+    p.add_argument("--max-pending-reports", type=int, default=2000,
+                   help="successful binds whose status may wait to be written; workers wait beyond that")
+    p.add_argument("--report-qps-share", type=float, default=0.25,
+                   help="share of --qps reserved for status, condition and event writes (they also get "
+                        "every token binds leave over)")
     p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -150,6 +157,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=max(0.1, args.client_timeout),
+        max_pending_reports=max(1, args.max_pending_reports),
+        report_qps_share=min(1.0, max(0.0, args.report_qps_share)),
         apiserver_request_timeout_s=max(0.0, args.apiserver_request_timeout),
         identity=args.identity,
         log_format=args.log_format,

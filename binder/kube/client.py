@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -143,6 +144,7 @@ class KubeClient:
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
+        self._reserved: TokenBucket | None = None
         # Fencing of writes on the leader lease (binder/kube/fencing.py); shared by every view.
         self.guard = WriteGuard()
 
@@ -153,7 +155,26 @@ class KubeClient:
         view.bucket = TokenBucket(qps, burst)
         view.guard = WriteGuard()
         view._spare_tokens_only = False
+        view._reserved = None
         return view
+
+    def reserve_background_share(self, share: float) -> None:
+        """Give background views `share` of the rate, served in turn with binds; beyond it they take only
+        the tokens binds leave over. Call before creating the views. Without it background work can
+        starve for as long as binds keep the bucket busy."""
+        if share > 0 and self.bucket.rate > 0:
+            self._reserved = TokenBucket(self.bucket.rate * share, max(1, int(self.bucket.burst * share)))
+
+    def _acquire_background(self) -> None:
+        while True:
+            wait_reserved = self._reserved.try_acquire() if self._reserved is not None else float("inf")
+            if wait_reserved == 0:
+                self.bucket.acquire()  # our reserved share: wait our turn like a bind
+                return
+            wait_spare = self.bucket.try_acquire()
+            if wait_spare == 0:
+                return
+            time.sleep(max(0.001, min(wait_reserved, wait_spare)))
 
     def background(self) -> KubeClient:
         """The same client (session, credentials, bucket) for work that may wait for the bind path:
@@ -211,7 +232,7 @@ class KubeClient:
     def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
               timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
         if self._spare_tokens_only:
-            self.bucket.acquire_spare()
+            self._acquire_background()
         else:
             self.bucket.acquire()
         if method in WRITE_METHODS and not self.guard.allows_writes():

@@ -41,21 +41,25 @@ class TokenBucket:
         if delay > 0:
             self._sleep(delay)
 
+    def try_acquire(self) -> float:
+        """Take a whole free token if there is one (0.0); else take nothing and return the seconds until
+        one would be free. Never pushes the count below zero, so reserving callers keep their turn."""
+        if self.rate <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return 0.0
+            return (1.0 - self._tokens) / self.rate
+
     def acquire_spare(self) -> None:
         """Take a token only when no reserving caller is owed one: background work yields to binds.
 
         Reserving callers push the count below zero and are served in order; a spare caller waits until
         a whole token is free again, so under load it gets only what the bind path leaves over.
         """
-        if self.rate <= 0:
-            return
-        while True:
-            with self._lock:
-                now = self._clock()
-                self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-                self._last = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                wait = (1.0 - self._tokens) / self.rate
+        while (wait := self.try_acquire()) > 0:
             self._sleep(max(wait, 0.001))
