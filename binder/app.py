@@ -68,7 +68,7 @@ class BinderApp:
         if settings.leader_elect:
             # No write leaves this process without a valid lease (binder/kube/fencing.py).
             client.guard.arm()
-        self.caches = Caches.build(client)
+        self.caches = Caches.build(client, settings.watch_read_timeout_s)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)

@@ -43,6 +43,7 @@ class Settings:
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
     max_pending_reports: int = 2000
+    watch_read_timeout_s: float = 90.0
     report_qps_share: float = 0.25
     apiserver_request_timeout_s: float = 60.0
     identity: str = ""
@@ -106,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--apiserver-request-timeout", type=float, default=60.0,
                    help="the kube-apiserver's --request-timeout: a Binding answered by a timeout, a reset or "
                         "a 5xx is decided from a read made only after this long")
+    p.add_argument("--watch-read-timeout", type=float, default=90.0,
+                   help="seconds without a byte (event or bookmark) after which a watch is re-opened")
     p.add_argument("--max-pending-reports", type=int, default=2000,
                    help="successful binds whose status may wait to be written; workers wait beyond that")
     p.add_argument("--report-qps-share", type=float, default=0.25,
@@ -158,6 +161,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=max(0.1, args.client_timeout),
         max_pending_reports=max(1, args.max_pending_reports),
+        watch_read_timeout_s=max(1.0, args.watch_read_timeout),
         report_qps_share=min(1.0, max(0.0, args.report_qps_share)),
         apiserver_request_timeout_s=max(0.0, args.apiserver_request_timeout),
         identity=args.identity,

@@ -59,6 +59,10 @@ class Informer:
     params: dict[str, str] = field(default_factory=dict)
     watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
+    # No byte for this long ends the watch (then it is re-opened from the last resourceVersion). The
+    # apiserver sends a bookmark about every minute to watches that allow them, so a healthy watch never
+    # waits this long; a silently dead connection is noticed within it, not after timeoutSeconds + 30.
+    read_timeout_s: float = 90.0
 
     def __post_init__(self) -> None:
         self._store: dict[str, dict] = {}
@@ -230,7 +234,7 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout_s + random.randint(0, self.watch_timeout_s)),
         })
-        self._watch = self.client.watch(self.path, params)
+        self._watch = self.client.watch(self.path, params, read_timeout=self.read_timeout_s)
         try:
             for event in self._watch:
                 if self._stop.is_set():
@@ -346,16 +350,17 @@ class Caches:
     bindrequests: Informer
 
     @classmethod
-    def build(cls, client: KubeClient) -> Caches:
+    def build(cls, client: KubeClient, read_timeout_s: float = 90.0) -> Caches:
         from binder.kube.client import bindrequest_path
 
         return cls(
             pods=Informer(client, "/api/v1/pods", "pods", slim=slim_pod, indexers={
                 INDEX_NODE: pod_node_index, INDEX_GPU_GROUP: pod_gpu_group_index,
-                INDEX_NAMESPACE: namespace_index}),
-            nodes=Informer(client, "/api/v1/nodes", "nodes", slim=slim_node),
+                INDEX_NAMESPACE: namespace_index}, read_timeout_s=read_timeout_s),
+            nodes=Informer(client, "/api/v1/nodes", "nodes", slim=slim_node, read_timeout_s=read_timeout_s),
             bindrequests=Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic,
-                                  indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index}),
+                                  indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index},
+                                  read_timeout_s=read_timeout_s),
         )
 
     def all(self) -> list[Informer]:

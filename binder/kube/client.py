@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 
 from binder.kube.fencing import WRITE_METHODS, WriteGuard
 from binder.kube.tokenbucket import TokenBucket
+from binder.kube.transport import KeepAliveAdapter
 
 __all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError"]
 
@@ -133,9 +133,9 @@ class KubeClient:
         self._token_source = token_source
         self.session = requests.Session()
         self.session.trust_env = False
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", adapter)
+        self._adapter = KeepAliveAdapter(pool_connections=4, pool_maxsize=pool_size)
+        self.session.mount("https://", self._adapter)
+        self.session.mount("http://", self._adapter)
         self.session.verify = ca_file if (verify and ca_file) else verify
         if cert_file:
             self.session.cert = (cert_file, key_file) if key_file else cert_file

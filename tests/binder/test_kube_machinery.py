@@ -97,7 +97,7 @@ class ScriptedClient:
     def list_all(self, path, params=None):
         return self.lists.pop(0)
 
-    def watch(self, path, params):
+    def watch(self, path, params, read_timeout=None):
         yield from self.watches.pop(0)
 
 
