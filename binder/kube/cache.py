@@ -262,7 +262,12 @@ class Informer:
                 if error.gone:
                     need_list = True
                     continue
-                log.warning("informer %s: %s; retrying in %.1fs", self.name, error, backoff)
+                # As client-go's reflector: only a connection problem or throttling is worth watching
+                # again from the same resourceVersion. Anything else (504 "Too large resource version"
+                # after an etcd restore, a 500 ERROR event, ...) may never heal from it: list afresh.
+                need_list = need_list or not (error.transport or error.status == 429)
+                log.warning("informer %s: %s; %s in %.1fs", self.name, error,
+                            "re-listing" if need_list else "watching again", backoff)
                 self._stop.wait(backoff)
                 backoff = min(self.max_backoff_s, backoff * 2)
             except Exception:  # noqa: BLE001 - keep the cache alive whatever happens

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from binder.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
-from binder.kube.client import TokenBucket
+from binder.kube.client import ApiError, TokenBucket, TransportError
 from binder.kube.workqueue import ExponentialBackoff, WorkQueue
 
 
@@ -160,3 +161,48 @@ def test_slim_pod_keeps_the_resource_claim_statuses_dra_binds_read():
     slim = slim_pod(pod)
     assert "containerStatuses" not in slim["status"]
     assert claim_name_for(slim, "gpu") == "p-gpu-x7k2"
+
+
+class TooLargeResourceVersionClient:
+    """Lists fine; every watch from the listed resourceVersion answers 504 "Too large resource version"
+    (etcd restored from a backup: the server is behind the RV the informer holds)."""
+
+    def __init__(self):
+        self.lists = 0
+        self.watch_rvs = []
+
+    def list_all(self, path, params=None):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "1000"}, "items": [pod("a", "900")]}
+
+    def watch(self, path, params, read_timeout=None):
+        self.watch_rvs.append(params["resourceVersion"])
+        raise ApiError(504, "Timeout", "Too large resource version: 1000, current: 12")
+        yield  # a generator, like the real watch
+
+
+def test_a_watch_answered_too_large_resource_version_re_lists_instead_of_retrying_forever():
+    client = TooLargeResourceVersionClient()
+    informer = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+    informer.start()
+    try:
+        deadline = time.monotonic() + 3
+        while client.lists < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Every failed watch went back to a LIST (client-go's reflector), not to the same RV again.
+        assert client.lists >= 3 and client.lists >= len(client.watch_rvs)
+    finally:
+        informer.stop()
+
+
+def test_a_watch_that_lost_its_connection_resumes_from_its_resource_version_without_a_list():
+    client = TooLargeResourceVersionClient()
+    client.watch = lambda path, params, read_timeout=None: (_ for _ in ()).throw(
+        TransportError("WATCH", path, ConnectionResetError("reset")))
+    informer = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+    informer.start()
+    try:
+        time.sleep(1.0)
+        assert client.lists == 1
+    finally:
+        informer.stop()
