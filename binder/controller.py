@@ -16,7 +16,7 @@ from typing import Any
 from binder import outcome
 from binder import status as st
 from binder.kube.cache import Caches
-from binder.kube.client import ApiError, KubeClient, node_path, pod_path
+from binder.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.reporter import BackgroundReporter
@@ -96,6 +96,15 @@ class BindRequestController:
         attempt = Attempt(key, bind_request)
         try:
             self._attempt(attempt, fields)
+        except (ApiError, FencedError) as error:
+            if error.outcome_unknown or error.status == 429 or isinstance(error, FencedError):
+                # A read failed before anything was done (API blip, throttling, no lease): the bind did
+                # not fail, so no attempt is counted; come back with backoff (M5).
+                log.warning("API unavailable before binding; retrying: %s", error, extra=fields)
+                self.metrics.retries.inc()
+                return Result(retry=True)
+            log.exception("internal error while binding", extra=fields)
+            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
         except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
             log.exception("internal error while binding", extra=fields)
             attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"

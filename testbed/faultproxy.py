@@ -8,6 +8,7 @@ log see a normal client. Rules pick requests by method and path and inject one f
   write can commit after the client saw a timeout (the ambiguous-outcome case).
 * `answer(status, body, headers)`: answer without forwarding (429 with Retry-After, 503, 504, ...).
 * `hang()`: never answer and never forward.
+* `reset()`: close the client's connection without an answer and without forwarding.
 
 Everything else is forwarded unchanged, watch streams included. Every request is logged in `log` (method,
 path, status, start, duration, rule) for tests to assert on.
@@ -102,6 +103,9 @@ class HttpFaultProxy:
     def hang(self, method: str, path: str, **kwargs: Any) -> Rule:
         return self.add(method, path, "hang", **kwargs)
 
+    def reset(self, method: str, path: str, **kwargs: Any) -> Rule:
+        return self.add(method, path, "reset", **kwargs)
+
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
@@ -159,6 +163,11 @@ class HttpFaultProxy:
         if rule is not None and rule.action == "answer":
             self._record(request.method, request.path, rule.status, started, rule)
             return web.json_response(rule.body, status=rule.status, headers=rule.headers)
+        if rule is not None and rule.action == "reset":
+            self._record(request.method, request.path, 0, started, rule)
+            assert request.transport is not None
+            request.transport.abort()
+            raise ConnectionResetError("reset by the fault proxy")
         if rule is not None and rule.action == "hang":
             self._record(request.method, request.path, 0, started, rule)
             assert self._stopping is not None

@@ -17,6 +17,7 @@ from typing import Any
 
 import requests
 
+from binder.kube import retry
 from binder.kube.fencing import WRITE_METHODS, WriteGuard
 from binder.kube.tokenbucket import TokenBucket
 from binder.kube.transport import KeepAliveAdapter
@@ -145,6 +146,8 @@ class KubeClient:
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
         self._reserved: TokenBucket | None = None
+        # Retries within one call (binder/kube/retry.py); the lease view has none: it has a deadline.
+        self.max_retries = retry.MAX_RETRIES
         # Fencing of writes on the leader lease (binder/kube/fencing.py); shared by every view.
         self.guard = WriteGuard()
 
@@ -156,6 +159,7 @@ class KubeClient:
         view.guard = WriteGuard()
         view._spare_tokens_only = False
         view._reserved = None
+        view.max_retries = 0
         return view
 
     def reserve_background_share(self, share: float) -> None:
@@ -259,9 +263,28 @@ class KubeClient:
 
     def request(self, method: str, path: str, *, body: Any = None, params: dict | None = None,
                 content_type: str = "application/json", timeout: float | None = None) -> dict | None:
-        """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError."""
-        response = self._send(method, path, body=body, params=params, content_type=content_type,
-                              timeout=timeout, stream=False)
+        """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError.
+
+        Retries what binder/kube/retry.py says the server or the connection allows, up to `max_retries`.
+        """
+        attempt = 0
+        while True:
+            try:
+                response = self._send(method, path, body=body, params=params, content_type=content_type,
+                                      timeout=timeout, stream=False)
+            except TransportError as error:
+                if method == "GET" and attempt < min(self.max_retries, retry.READ_RETRIES) and \
+                        retry.is_dropped_connection(error.cause):
+                    time.sleep(retry.READ_BACKOFF_S * 2 ** attempt)
+                    attempt += 1
+                    continue
+                raise
+            wait = retry.retry_after_seconds(response) if attempt < self.max_retries else None
+            if wait is None:
+                break
+            response.close()
+            time.sleep(wait)
+            attempt += 1
         if response.status_code >= 400:
             raise _error_from_response(method, path, response)
         if not response.content:
