@@ -160,6 +160,11 @@ class BindRequestController:
             attempt.error, attempt.step = str(failure), failure.step
             log.warning("bind failed: %s", failure, extra=fields)
             self.pipeline.rollback(ctx)
+            if ctx.found_bound_to:
+                # The pod is bound after all (DECISIONS 2.2, 2.3): that is what gets reported (M11).
+                attempt.error = st.already_bound_error({"spec": {"nodeName": ctx.found_bound_to},
+                                                        "metadata": attempt.pod.get("metadata") or {}}, node_name)
+                attempt.step = "bound_elsewhere" if attempt.error else "bound"
 
     def _decide(self, attempt: Attempt, undecided: UndecidedBinding, fields: dict[str, Any]) -> bool:
         """An earlier Binding's outcome is unknown and the cache shows the pod unbound.

@@ -185,6 +185,8 @@ class Pipeline:
         if current is not None and (current.get("spec") or {}).get("nodeName"):
             log.warning("pod is bound to node %s; nothing of it is rolled back",
                         current["spec"]["nodeName"], extra=fields)
+            if (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid"):
+                ctx.found_bound_to = current["spec"]["nodeName"]
             return []
         if current is not None:
             ctx.pod = current  # label removal must see the labels the server has, not our copy's
