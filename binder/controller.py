@@ -121,6 +121,11 @@ class BindRequestController:
             if attempt.pod is None:
                 attempt.error, attempt.step = f'pods "{pod_name}" not found', "pod_not_found"
                 return
+            replaced = st.replaced_pod_error(bind_request, attempt.pod)
+            if replaced:
+                # The scheduler placed another pod of this name; this one must not get its node (M10).
+                attempt.error, attempt.step = replaced, "pod_replaced"
+                return
         invalid = st.validate(bind_request)
         if invalid:
             attempt.error, attempt.step = invalid, "invalid"

@@ -91,7 +91,8 @@ def make_pod(kube: KubeClient, namespace: str, name: str, *, fraction: str | Non
 
 def make_bind_request(kube: KubeClient, namespace: str, pod_name: str, node: str, *,
                       name: str | None = None, fraction_groups: list[str] | None = None, portion: str = "0.50",
-                      backoff_limit: int | None = None, spec_extra: dict | None = None) -> dict:
+                      backoff_limit: int | None = None, spec_extra: dict | None = None,
+                      owner_uid: str | None = None) -> dict:
     spec: dict[str, Any] = {"podName": pod_name, "selectedNode": node,
                             "receivedResourceType": names.RECEIVED_TYPE_REGULAR}
     if fraction_groups is not None:
@@ -105,6 +106,9 @@ def make_bind_request(kube: KubeClient, namespace: str, pod_name: str, node: str
             "metadata": {"name": name or pod_name, "namespace": namespace,
                          "labels": {"selected-node": node}},
             "spec": spec}
+    if owner_uid is not None:  # as the scheduler writes it: the BindRequest is owned by its pod
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name,
+                                                "uid": owner_uid}]
     return kube.create(bindrequest_path(namespace), body)
 
 
