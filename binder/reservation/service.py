@@ -123,6 +123,11 @@ class ReservationService:
         # The cache suggests deleting something: decide again from the API server.
         group_pods = gc.classify_group_pods(self.api.pods_of_group(group), ns)
         state = gc.group_state(group_pods)
+        for dead in group_pods.dead_reservations:
+            if not _meta(dead).get("deletionTimestamp"):
+                log.warning("deleting dead reservation pod %s (phase %s)", _ref(dead),
+                            (dead.get("status") or {}).get("phase"), extra=_log_fields(dead, group))
+                self._delete_pod(dead, grace_zero=True)
         if state is gc.GroupState.ORPHAN_FRACTION_PODS:
             for pod in group_pods.running:
                 log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(pod, group))
@@ -178,6 +183,14 @@ class ReservationService:
                   "fields": {"group": group}}
         found = self.client.list_all(pod_path(ns), {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
         existing = found.get("items") or []
+        for dead in [p for p in existing if not gc.is_live_reservation(p)]:
+            # Its GPU is no longer reserved (evicted, finished): never hand out its id (M4).
+            if _meta(dead).get("deletionTimestamp"):
+                raise ReservationError(f"reservation pod {_ref(dead)} of gpu group {group} is being deleted")
+            log.warning("deleting dead reservation pod %s (phase %s) before reserving again", _ref(dead),
+                        (dead.get("status") or {}).get("phase"), extra=fields)
+            self._delete_pod(dead, grace_zero=True)
+            existing = [p for p in existing if p is not dead]
         if existing:
             reservation = existing[0]
             on_node = (reservation.get("spec") or {}).get("nodeName")
