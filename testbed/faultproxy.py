@@ -48,9 +48,12 @@ class Rule:
     headers: dict[str, str] = field(default_factory=dict)
     times: int | None = 1
     hits: int = 0
+    query: re.Pattern[str] | None = None  # also match the query string (e.g. "watch=true")
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, query: str = "") -> bool:
         if self.times is not None and self.hits >= self.times:
+            return False
+        if self.query is not None and self.query.search(query) is None:
             return False
         return self.method in ("*", method) and self.path.search(path) is not None
 
@@ -85,8 +88,8 @@ class HttpFaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    def add(self, method: str, path: str, action: str, **kwargs: Any) -> Rule:
-        rule = Rule(method, re.compile(path), action, **kwargs)
+    def add(self, method: str, path: str, action: str, query: str | None = None, **kwargs: Any) -> Rule:
+        rule = Rule(method, re.compile(path), action, query=re.compile(query) if query else None, **kwargs)
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -143,10 +146,10 @@ class HttpFaultProxy:
         await self._runner.cleanup()
         await self._session.close()
 
-    def _pick(self, method: str, path: str) -> Rule | None:
+    def _pick(self, method: str, path: str, query: str) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(method, path):
+                if rule.matches(method, path, query):
                     rule.hits += 1
                     return rule
         return None
@@ -159,7 +162,7 @@ class HttpFaultProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         body = await request.read()
-        rule = self._pick(request.method, request.path)
+        rule = self._pick(request.method, request.path, request.query_string)
         if rule is not None and rule.action == "answer":
             self._record(request.method, request.path, rule.status, started, rule)
             return web.json_response(rule.body, status=rule.status, headers=rule.headers)

@@ -41,3 +41,36 @@ def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
     # The first pod ran on a GPU that is no longer reserved: it is removed, as any pod without a reservation.
     wait_for("orphaned fraction pod removed", lambda: not exists(kube, pod_path(namespace, "first"))
              or kube.get(pod_path(namespace, "first"))["metadata"].get("deletionTimestamp"))
+
+
+def test_an_api_blip_during_the_reservation_wait_does_not_fail_the_bind(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "blip", fraction="0.5")
+    # The first watch of the reservation pod is answered 503.
+    fault_proxy.answer("GET", rf"/namespaces/{reservation_namespace}/pods$", 503, query="watch=true", times=1)
+    binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")))
+    make_bind_request(kube, namespace, "blip", node, fraction_groups=["gb"])
+
+    br = wait_phase(kube, namespace, "blip", names.PHASE_SUCCEEDED)
+    assert br["status"].get("failedAttempts", 0) == 0
+    assert exists(kube, pod_path(reservation_namespace, reservation_name(node, "gb")))
+    watches = fault_proxy.requests("GET", rf"/namespaces/{reservation_namespace}/pods$")
+    assert 503 in [r["status"] for r in watches]
+
+
+def test_a_reservation_pod_the_kubelet_rejected_fails_at_once_and_says_why(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "rej", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "30")
+    make_bind_request(kube, namespace, "rej", node, fraction_groups=["gj"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gj"))
+    wait_for("reservation pod created", lambda: exists(kube, rsv))
+    kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "OutOfnvidia.com/gpu",
+                                            "message": "Pod was rejected: Node didn't have enough resource"}})
+    br = wait_phase(kube, namespace, "rej", names.PHASE_FAILED, attempts=1, timeout=10)  # not the 30 s timeout
+    assert "OutOfnvidia.com/gpu" in br["status"]["reason"]
+    assert br["status"]["reason"].startswith(f"failed to reserve GPUs for pod <{namespace}/rej> in gpu group <gj>: "
+                                             "failed waiting for GPU reservation pod to allocate")
