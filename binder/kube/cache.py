@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from binder.kube.client import ApiError, KubeClient
+from binder.kube.client import ApiError, KubeClient, WatchIdle
 from common import names
 
 log = logging.getLogger("binder.cache")
@@ -241,6 +241,10 @@ class Informer:
                     return True
                 if not self._apply(event):
                     return False
+        except WatchIdle as idle:
+            # Nothing, not even a bookmark, for the read timeout: the connection may be dead. Not an
+            # error: open a new watch (on a new connection) from the last resourceVersion at once.
+            log.info("informer %s: %s; watching again", self.name, idle)
         finally:
             self._watch.close()
             self._watch = None

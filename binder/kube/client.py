@@ -19,10 +19,12 @@ import requests
 
 from binder.kube import retry
 from binder.kube.fencing import WRITE_METHODS, WriteGuard
+from binder.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
 from binder.kube.tokenbucket import TokenBucket
 from binder.kube.transport import KeepAliveAdapter
 
-__all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError"]
+__all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError", "WatchIdle",
+           "bindrequest_path", "configmap_path", "events_path", "node_path", "pod_path"]
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -75,6 +77,13 @@ class ApiError(Exception):
         followed by its commit: only a read made after the server-side deadline tells.
         """
         return self.transport or self.status >= 500
+
+
+class WatchIdle(ApiError):
+    """A watch stream received nothing for its read timeout: re-open it from the last resourceVersion."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        super().__init__(0, "WatchIdle", f"WATCH {path}: nothing received for {seconds:.0f}s", {})
 
 
 class FencedError(ApiError):
@@ -339,8 +348,9 @@ class KubeClient:
         query = dict(params or {})
         query["watch"] = "true"
         server_timeout = float(query.get("timeoutSeconds") or 300)
+        read_timeout = read_timeout or server_timeout + 30
         response = self._send("GET", path, body=None, params=query, content_type="application/json",
-                              timeout=(CONNECT_TIMEOUT, read_timeout or server_timeout + 30), stream=True)
+                              timeout=(CONNECT_TIMEOUT, read_timeout), stream=True)
         try:
             if response.status_code >= 400:
                 raise _error_from_response("WATCH", path, response)
@@ -352,46 +362,11 @@ class KubeClient:
                     if isinstance(event, dict):
                         yield event
             except (requests.RequestException, ValueError) as error:
+                if "timed out" in str(error).lower():
+                    raise WatchIdle(path, read_timeout) from error
                 raise TransportError("WATCH", path, error) from error
         finally:
             response.close()
 
     def close(self) -> None:
         self.session.close()
-
-
-def pod_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{namespace}/pods"
-    if name:
-        path += f"/{name}"
-    if subresource:
-        path += f"/{subresource}"
-    return path
-
-
-def configmap_path(namespace: str, name: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    return f"{path}/{name}" if name else path
-
-
-def node_path(name: str | None = None) -> str:
-    return f"/api/v1/nodes/{name}" if name else "/api/v1/nodes"
-
-
-def bindrequest_path(namespace: str | None = None, name: str | None = None,
-                     subresource: str | None = None) -> str:
-    from common import names
-
-    base = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}"
-    if namespace is None:
-        return f"{base}/{names.BINDREQUEST_PLURAL}"
-    path = f"{base}/namespaces/{namespace}/{names.BINDREQUEST_PLURAL}"
-    if name:
-        path += f"/{name}"
-    if subresource:
-        path += f"/{subresource}"
-    return path
-
-
-def events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/events"
