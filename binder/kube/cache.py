@@ -112,16 +112,20 @@ class Informer:
         self._handlers.append(handlers)
 
     def store_local(self, obj: dict) -> None:
-        """Put an object this process just wrote into the store, unless the store already has a newer one.
+        """Replace an object this process just wrote in the store, unless the store already has a newer one.
 
-        Lets a controller read its own writes before the watch delivers them (no handlers fire).
+        Lets a controller read its own writes before the watch delivers them (no handlers fire). A key the
+        store does not hold is never added: the watch may already have deleted it, and a ghost would stay
+        until the next re-list (L1); a new object comes from the watch.
         """
         obj = self.slim(obj)
         key = object_key(obj)
         with self._lock:
             current = self._store.get(key)
-            current_rv = (current or {}).get("metadata", {}).get("resourceVersion")
-            if current is None or _newer_or_equal(obj["metadata"].get("resourceVersion"), current_rv):
+            if current is None:
+                return
+            current_rv = current.get("metadata", {}).get("resourceVersion")
+            if _newer_or_equal(obj["metadata"].get("resourceVersion"), current_rv):
                 self._put(key, obj)
 
     # ------------------------------------------------------------------ lifecycle

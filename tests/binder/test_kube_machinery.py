@@ -138,10 +138,23 @@ def test_informer_relists_on_gone_and_reports_deletes_it_missed():
 
 
 def test_store_local_never_goes_back_in_time():
-    informer = Informer(ScriptedClient([], []), "/x", "x")
+    informer = Informer(ScriptedClient([{"metadata": {"resourceVersion": "3"}, "items": [pod("a", "3")]}], []),
+                        "/x", "x")
+    informer._relist()
     informer.store_local(pod("a", "7"))
     informer.store_local(pod("a", "5"))
     assert informer.get("ns/a")["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_write_answered_after_the_watch_deleted_the_object_leaves_no_ghost():
+    # Review probe 1: re-list {a@5}; the watch delivers DELETED a@12; then the answer of a status PATCH
+    # that raced the delete (a@11) is stored locally.
+    informer = Informer(ScriptedClient([{"metadata": {"resourceVersion": "10"}, "items": [pod("a", "5")]}],
+                                       [[{"type": "DELETED", "object": pod("a", "12")}]]), "/x", "x")
+    informer._relist()
+    informer._watch_once()
+    informer.store_local(pod("a", "11"))
+    assert informer.get("ns/a") is None
 
 
 def test_slim_node_keeps_labels_and_drops_status():
