@@ -21,7 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from binder.plugins.registry import PluginConfigError
 
     try:
-        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
+        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
+                                            timeout=settings.client_timeout_s)
     except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
         print(f"fracgpu-binder: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
         return 1

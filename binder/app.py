@@ -64,17 +64,23 @@ class BinderApp:
         self.metrics = metrics or BinderMetrics()
         client.on_response = self.metrics.observe_api
         self.identity = settings.identity or default_identity()
-        self.caches = Caches.build(client)
+        client.reserve_background_share(settings.report_qps_share)
+        if settings.leader_elect:
+            # No write leaves this process without a valid lease (binder/kube/fencing.py).
+            client.guard.arm()
+        self.caches = Caches.build(client, settings.watch_read_timeout_s)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
-        self.reporter = BackgroundReporter()
+        self.reporter = BackgroundReporter(on_depth=self.metrics.reports_pending.set,
+                                           max_pending=settings.max_pending_reports)
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
-                                 self.metrics.reservation_wait.observe)
+                                 self.metrics.reservation_wait.observe,
+                                 apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event, self.reporter)
+                                                self.record_event, self.reporter, self._success_written)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
         self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
@@ -106,6 +112,18 @@ class BinderApp:
                 if st.is_group_name(group):
                     self.group_queue.add(group)
 
+    def _success_written(self, bind_request: dict) -> None:
+        """A success report landed. If the pod already finished or is gone, the group syncs its completion
+        triggered ran while this BindRequest still counted as active and kept the reservation: sync again."""
+        if not st.is_fraction(bind_request):
+            return
+        meta = bind_request.get("metadata") or {}
+        pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
+        if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+                if st.is_group_name(group):
+                    self.group_queue.add(group)
+
     def _relevant(self, pod: dict) -> bool:
         return (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
 
@@ -131,7 +149,10 @@ class BinderApp:
             try:
                 with self.metrics.reconcile_seconds.time():
                     result = self.controller.reconcile(key)
-                if result.retry:
+                if result.requeue_after is not None:
+                    self.queue.forget(key)
+                    self.queue.add_after(key, result.requeue_after)
+                elif result.retry:
                     self.queue.add_rate_limited(key)
                 else:
                     self.queue.forget(key)
@@ -193,9 +214,15 @@ class BinderApp:
             return True, "leading" if self.elector.leading.is_set() else "standing by"
         return True, "ok"
 
+    def live(self) -> tuple[bool, str]:
+        """Liveness: fails when leader election is dead or a leader is past its renew deadline unnoticed."""
+        if self.elector is None:
+            return True, "ok"
+        return self.elector.healthy(grace=self.settings.retry_period_s)
+
     def start(self, sync_timeout: float | None = None) -> None:
         for address, routes, name in (
-                (self.settings.health_address, health_routes(self.ready), "health"),
+                (self.settings.health_address, health_routes(self.ready, self.live), "health"),
                 (self.settings.metrics_address, metrics_routes(self.metrics.exposition), "metrics")):
             if address is not None:
                 endpoint = HttpEndpoint(address, routes, name)
@@ -209,9 +236,10 @@ class BinderApp:
         if self.settings.leader_elect:
             s = self.settings
             self.elector = LeaderElector(
-                self.client, s.leader_election_namespace or default_lease_namespace(), s.leader_election_id,
+                self.client.for_lease(), s.leader_election_namespace or default_lease_namespace(), s.leader_election_id,
                 self.identity, lease_duration=s.lease_duration_s, renew_deadline=s.renew_deadline_s,
-                retry_period=s.retry_period_s, on_started=self._start_working, on_stopped=self._lease_lost)
+                retry_period=s.retry_period_s, on_started=self._start_working, on_stopped=self._lease_lost,
+                guard=self.client.guard)
             self.elector.start()
         else:
             self._start_working()
@@ -222,11 +250,12 @@ class BinderApp:
     def shutdown(self) -> bool:
         """Stop taking work, let binds in flight finish within the timeout, release the lease.
 
-        Returns True when every in-flight bind finished in time.
+        After a lost lease nothing is waited for: every write is fenced already, and the process exits at
+        once so a new leader owns the work. Returns True when every in-flight bind finished in time.
         """
         self.queue.shutdown()
         self.group_queue.shutdown()
-        timeout = self.settings.shutdown_timeout_s
+        timeout = 0.0 if self.lost_lease else self.settings.shutdown_timeout_s
         deadline = threading.Event()
         timer = threading.Timer(timeout, deadline.set)
         timer.start()
@@ -239,6 +268,7 @@ class BinderApp:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
         self.reporter.flush(min(10.0, timeout))
         self.record_event.flush(min(5.0, timeout))
+        self.reporter.stop()
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)
         self.caches.stop()

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from binder import outcome
 from binder import status as st
 from binder.kube.cache import Caches
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, node_path, pod_path
+from binder.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 from binder.metrics import BinderMetrics
-from binder.pipeline import BindFailure, Pipeline
+from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.reporter import BackgroundReporter
-from common import names
 
 log = logging.getLogger("binder.controller")
 
@@ -26,30 +27,52 @@ log = logging.getLogger("binder.controller")
 @dataclass(frozen=True)
 class Result:
     retry: bool = False
+    # Come back after this many seconds without counting a failure (an undecided Binding).
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class UndecidedBinding:
+    """A Binding whose outcome is unknown (binder/pipeline.py BindOutcomeUnknown), waiting to be decided."""
+
+    bind_request_uid: str
+    pod_uid: str
+    decide_after: float  # time.monotonic()
+    message: str
+
+
+OUTCOME_UNKNOWN = "outcome_unknown"
+UNDECIDED_RETRY_S = 1.0
 
 
 class Attempt:
     """What one reconcile found and did: filled in step by step, then reported."""
 
-    def __init__(self, bind_request: dict[str, Any]) -> None:
+    def __init__(self, key: str, bind_request: dict[str, Any]) -> None:
+        self.key = key
         self.bind_request = bind_request
         self.pod: dict[str, Any] | None = None
         self.error: str | None = None
         self.step = ""
+        self.decide_after = 0.0
+        self.unknown_message = ""
 
 
 class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
-                 record_event: Any, reporter: BackgroundReporter | None = None) -> None:
+                 record_event: Any, reporter: BackgroundReporter | None = None,
+                 on_success_written: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
         self.metrics = metrics
         self.record_event = record_event
-        # Success reports (status, condition) use spare tokens only; see binder/reporter.py.
+        # Success reports (status, condition, event) wait behind binds; see binder/reporter.py.
         self.reporter = reporter
+        self.on_success_written = on_success_written
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
+        self._undecided: dict[str, UndecidedBinding] = {}
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: str) -> Result:
@@ -59,18 +82,29 @@ class BindRequestController:
         if bind_request is None:
             log.debug("BindRequest not found, probably deleted", extra=fields)
             self._first_seen.pop(key, None)
+            self._undecided.pop(key, None)
             return Result()
         if not st.needs_binding(bind_request):
             self._first_seen.pop(key, None)
+            self._undecided.pop(key, None)
             return Result()
         self._first_seen.setdefault(key, time.monotonic())
         spec = st.spec(bind_request)
         fields.update(pod=spec.get("podName"), node=spec.get("selectedNode"))
         log.info("Reconciling BindRequest", extra=fields)
 
-        attempt = Attempt(bind_request)
+        attempt = Attempt(key, bind_request)
         try:
             self._attempt(attempt, fields)
+        except (ApiError, FencedError) as error:
+            if error.outcome_unknown or error.status == 429 or isinstance(error, FencedError):
+                # A read failed before anything was done (API blip, throttling, no lease): the bind did
+                # not fail, so no attempt is counted; come back with backoff (M5).
+                log.warning("API unavailable before binding; retrying: %s", error, extra=fields)
+                self.metrics.retries.inc()
+                return Result(retry=True)
+            log.exception("internal error while binding", extra=fields)
+            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
         except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
             log.exception("internal error while binding", extra=fields)
             attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
@@ -87,6 +121,11 @@ class BindRequestController:
             if attempt.pod is None:
                 attempt.error, attempt.step = f'pods "{pod_name}" not found', "pod_not_found"
                 return
+            replaced = st.replaced_pod_error(bind_request, attempt.pod)
+            if replaced:
+                # The scheduler placed another pod of this name; this one must not get its node (M10).
+                attempt.error, attempt.step = replaced, "pod_replaced"
+                return
         invalid = st.validate(bind_request)
         if invalid:
             attempt.error, attempt.step = invalid, "invalid"
@@ -98,18 +137,74 @@ class BindRequestController:
             if not attempt.error:
                 log.info("Pod is already bound to node", extra=fields)
             return
+        undecided = self._undecided.get(attempt.key)
+        if undecided is not None and (undecided.bind_request_uid != st.uid(bind_request)
+                                      or undecided.pod_uid != st.uid(attempt.pod)):
+            self._undecided.pop(attempt.key, None)  # a new BindRequest or pod under the same name: start afresh
+            undecided = None
+        if undecided is not None and not self._decide(attempt, undecided, fields):
+            return
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
             attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
             return
         ctx = self.pipeline.context(attempt.pod, node, bind_request)
+        if undecided is not None:
+            # The Binding of an earlier attempt is decided: it did not take effect. Only now is undoing safe.
+            attempt.error, attempt.step = undecided.message, "binding"
+            log.warning("bind failed: the binding did not take effect: %s", undecided.message, extra=fields)
+            self.pipeline.rollback(ctx)
+            return
         try:
             self.pipeline.bind(ctx)
             attempt.step = "bound"
+        except BindOutcomeUnknown as unknown:
+            attempt.step, attempt.decide_after, attempt.unknown_message = OUTCOME_UNKNOWN, unknown.decide_after, \
+                str(unknown)
         except BindFailure as failure:
             attempt.error, attempt.step = str(failure), failure.step
             log.warning("bind failed: %s", failure, extra=fields)
             self.pipeline.rollback(ctx)
+            if ctx.found_bound_to:
+                # The pod is bound after all (DECISIONS 2.2, 2.3): that is what gets reported (M11).
+                attempt.error = st.already_bound_error({"spec": {"nodeName": ctx.found_bound_to},
+                                                        "metadata": attempt.pod.get("metadata") or {}}, node_name)
+                attempt.step = "bound_elsewhere" if attempt.error else "bound"
+
+    def _decide(self, attempt: Attempt, undecided: UndecidedBinding, fields: dict[str, Any]) -> bool:
+        """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
+
+        Returns True when a read made after the server-side deadline shows that Binding did not take
+        effect (the caller reports the failure and rolls back); otherwise fills in `attempt` and returns
+        False: still undecided (wait), or decided another way (bound, pod gone).
+        """
+        pod = attempt.pod or {}
+        attempt.step, attempt.unknown_message = OUTCOME_UNKNOWN, undecided.message
+        attempt.decide_after = undecided.decide_after
+        if time.monotonic() < undecided.decide_after:
+            return False
+        meta = pod.get("metadata") or {}
+        try:
+            current = self.client.get(pod_path(meta.get("namespace", ""), meta.get("name", "")))
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("cannot decide the earlier binding yet: %s", error, extra=fields)
+                attempt.decide_after = time.monotonic() + UNDECIDED_RETRY_S
+                return False
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            return False
+        if st.uid(current) != undecided.pod_uid:
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            return False
+        attempt.pod = current
+        node_name = st.spec(attempt.bind_request)["selectedNode"]
+        if (current.get("spec") or {}).get("nodeName"):
+            attempt.error = st.already_bound_error(current, node_name)
+            attempt.step = "bound_elsewhere" if attempt.error else "bound"
+            if not attempt.error:
+                log.info("the earlier binding went through after all: the pod is bound", extra=fields)
+            return False
+        return True
 
     def _read(self, cached: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
         """The cached object, or on a cache miss the API server's answer (None when it does not exist).
@@ -128,6 +223,14 @@ class BindRequestController:
     # ------------------------------------------------------------------ report
     def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:
         bind_request = attempt.bind_request
+        if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
+            # Nothing is written and no attempt counted: the outcome is not known yet (DECISIONS 2.3).
+            if key not in self._undecided:
+                self._undecided[key] = UndecidedBinding(st.uid(bind_request), st.uid(attempt.pod or {}),
+                                                        attempt.decide_after, attempt.unknown_message)
+                self.metrics.bind_attempts.labels(outcome="unknown", reason=OUTCOME_UNKNOWN).inc()
+            return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
+        self._undecided.pop(key, None)
         if attempt.error is None:
             decision = st.decide_success(bind_request)
             seen = self._first_seen.pop(key, None)
@@ -141,10 +244,17 @@ class BindRequestController:
                 self._first_seen.pop(key, None)
         pod_report = st.report(bind_request, attempt.error)
         if attempt.error is None and self.reporter is not None:
-            self.reporter.submit(lambda: self._write_outcome(bind_request, decision, attempt.pod, pod_report,
-                                                             fields, self._report_client))
+            # Kept and retried by the reporter until written: the key may be forgotten here (H2).
+            self.reporter.submit(key, outcome.SuccessReport(
+                self._report_client, bind_request, attempt.pod, pod_report, fields, self.record_event,
+                self.caches.bindrequests.store_local, self.on_success_written))
             return Result()
-        written = self._write_outcome(bind_request, decision, attempt.pod, pod_report, fields, self.client)
+        error = attempt.error
+
+        def decide(current: dict[str, Any]) -> st.StatusDecision:
+            return st.decide_success(current) if error is None else st.decide_failure(current, error)
+
+        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields)
         retry = decision.retry
         if attempt.error is not None and not written:
             # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.
@@ -155,43 +265,12 @@ class BindRequestController:
             self.metrics.retries.inc()
         return Result(retry=retry)
 
-    def _write_outcome(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                       pod: dict[str, Any] | None, pod_report: st.PodReport, fields: dict[str, Any],
-                       client: KubeClient) -> bool:
-        """Write status, condition and event; return whether the status write succeeded (or was not needed)."""
-        written = self._write_status(bind_request, decision, fields, client)
+    def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
+                       pod_report: st.PodReport, fields: dict[str, Any]) -> bool:
+        """Write status, condition and event now; return whether the status is written (or was not needed)."""
+        written = outcome.write_status(self.client, bind_request, decide, fields, self.caches.bindrequests.store_local)
         if pod is not None:
-            self._write_condition(pod, pod_report, fields, client)
-            self.record_event(pod, pod_report.event_type, pod_report.reason, pod_report.message)
-        else:
-            # No pod to tell: the Warning goes on the BindRequest itself.
-            about = {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
-                     "kind": names.BINDREQUEST_KIND, "metadata": bind_request.get("metadata") or {}}
-            self.record_event(about, pod_report.event_type, pod_report.reason, pod_report.message)
+            outcome.write_condition(self.client, pod, pod_report, fields)
+        self.record_event(outcome.event_subject(bind_request, pod), pod_report.event_type, pod_report.reason,
+                          pod_report.message)
         return written
-
-    def _write_status(self, bind_request: dict[str, Any], decision: st.StatusDecision,
-                      fields: dict[str, Any], client: KubeClient) -> bool:
-        body = decision.patch(st.status(bind_request))
-        if body is None:
-            return True
-        meta = bind_request["metadata"]
-        try:
-            updated = client.patch(bindrequest_path(meta["namespace"], meta["name"], "status"), body)
-        except ApiError as error:
-            log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
-            return False
-        self.caches.bindrequests.store_local(updated)
-        return True
-
-    def _write_condition(self, pod: dict[str, Any], pod_report: st.PodReport, fields: dict[str, Any],
-                         client: KubeClient) -> None:
-        condition = pod_report.condition((pod.get("status") or {}).get("conditions"), st.now_rfc3339())
-        if condition is None:
-            return
-        meta = pod["metadata"]
-        try:
-            client.patch(pod_path(meta["namespace"], meta["name"], "status"),
-                              {"status": {"conditions": [condition]}}, patch_type="strategic")
-        except ApiError as error:
-            log.warning("could not set the PodBound condition: %s", error, extra=fields)

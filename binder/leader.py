@@ -4,6 +4,15 @@ The rules are client-go's: a candidate takes the Lease when it is free, expired,
 judges expiry by when *it* last saw the record change (so clocks need not agree); the leader renews every
 retry period and gives up when it could not renew within the renew deadline. On a clean shutdown the
 leader releases the Lease (empty holder, 1s duration) so a standby takes over at once.
+
+The renew deadline is enforced on every call, as client-go's `context.WithTimeout(RenewDeadline)` does:
+each lease request may take only the time left before the lease stops being surely ours, so a dead
+connection or a hung apiserver ends leadership on time, never a client timeout later. The lease is "surely
+ours" until the start of the last successful try plus the renew deadline; that moment also fences every
+write of the process (binder/kube/fencing.py). Nothing the lease client raises can kill the election
+thread: any error is a failed try, and leadership that cannot be renewed in time is given up
+(`on_stopped`, after which the binder exits). `healthy()` is the liveness check (client-go's
+HealthzAdaptor): it fails when the thread died or a leader is past its renew deadline without noticing.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from binder.kube.client import ApiError, KubeClient
+from binder.kube.fencing import WriteGuard
 
 log = logging.getLogger("binder.leader")
 
@@ -52,8 +62,10 @@ def decide(spec: dict[str, Any], identity: str, observed_for: float) -> LeaseDec
 class LeaderElector:
     def __init__(self, client: KubeClient, namespace: str, name: str, identity: str, *,
                  lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
-                 on_started: Callable[[], None] | None = None, on_stopped: Callable[[], None] | None = None) -> None:
+                 on_started: Callable[[], None] | None = None, on_stopped: Callable[[], None] | None = None,
+                 guard: WriteGuard | None = None) -> None:
         self.client = client
+        self.guard = guard
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -67,6 +79,9 @@ class LeaderElector:
         self._observed_record: tuple | None = None
         self._observed_at = 0.0
         self._thread: threading.Thread | None = None
+        # time.monotonic() until which the lease is surely ours; None while not leading.
+        self.valid_until: float | None = None
+        self.lost = threading.Event()
 
     # ------------------------------------------------------------------ one try
     def _body(self, lease: dict[str, Any] | None, transitions: int, acquire: bool) -> dict[str, Any]:
@@ -81,15 +96,21 @@ class LeaderElector:
             meta["resourceVersion"] = lease["metadata"]["resourceVersion"]
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
-    def try_acquire_or_renew(self) -> bool:
+    def _call(self, method: str, path: str, deadline: float | None, body: dict | None = None) -> dict:
+        """One lease request, given only the time left before `deadline` (time.monotonic())."""
+        timeout = None if deadline is None else max(0.05, deadline - time.monotonic())
+        return self.client.request(method, path, body=body, timeout=timeout) or {}
+
+    def try_acquire_or_renew(self, deadline: float | None = None) -> bool:
+        """One try (GET, then POST or PUT); every call ends by `deadline` when one is given."""
         try:
-            lease = self.client.get(lease_path(self.namespace, self.name))
+            lease = self._call("GET", lease_path(self.namespace, self.name), deadline)
         except ApiError as error:
             if not error.not_found:
                 log.warning("could not read lease %s/%s: %s", self.namespace, self.name, error)
                 return False
             try:
-                self.client.create(lease_path(self.namespace), self._body(None, 0, True))
+                self._call("POST", lease_path(self.namespace), deadline, self._body(None, 0, True))
                 return True
             except ApiError as create_error:
                 log.info("could not create lease: %s", create_error)
@@ -104,7 +125,7 @@ class LeaderElector:
         acquiring = spec.get("holderIdentity") != self.identity
         try:
             body = self._body(lease, verdict.transitions, acquiring)
-            self.client.replace(lease_path(self.namespace, self.name), body)
+            self._call("PUT", lease_path(self.namespace, self.name), deadline, body)
             return True
         except ApiError as error:
             log.info("could not update lease: %s", error)
@@ -115,9 +136,32 @@ class LeaderElector:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._thread.start()
 
+    def _try(self, deadline: float | None) -> bool:
+        try:
+            return self.try_acquire_or_renew(deadline)
+        except Exception:  # noqa: BLE001 - any error (token refresh, OSError, a bug) is a failed try
+            log.exception("leader election: unexpected error; counted as a failed try")
+            return False
+
+    def _renewed(self, started: float) -> None:
+        self.valid_until = started + self.renew_deadline
+        if self.guard is not None:
+            self.guard.extend(self.valid_until)
+
     def _run(self) -> None:
+        try:
+            self._campaign()
+        except BaseException:  # noqa: BLE001 - e.g. on_started failing: never leave a silent half-leader
+            log.exception("leader election failed")
+        finally:
+            if self.valid_until is not None and not self._stop.is_set():
+                self._give_up("leader election ended unexpectedly")
+
+    def _campaign(self) -> None:
         while not self._stop.is_set():
-            if self.try_acquire_or_renew():
+            started = time.monotonic()
+            if self._try(started + self.renew_deadline):
+                self._renewed(started)
                 break
             self._stop.wait(self.retry_period)
         if self._stop.is_set():
@@ -127,16 +171,41 @@ class LeaderElector:
         self.leading.set()
         if self.on_started:
             self.on_started()
-        last_renew = time.monotonic()
-        while not self._stop.wait(self.retry_period):
-            if self.try_acquire_or_renew():
-                last_renew = time.monotonic()
-            elif time.monotonic() - last_renew > self.renew_deadline:
-                log.error("leader lease lost: not renewed within %.1fs", self.renew_deadline)
-                self.leading.clear()
-                if self.on_stopped:
-                    self.on_stopped()
+        while not self._stop.wait(min(self.retry_period, max(0.0, self._remaining()))):
+            started = time.monotonic()
+            assert self.valid_until is not None
+            if started < self.valid_until and self._try(self.valid_until):
+                self._renewed(started)
+            elif time.monotonic() >= self.valid_until:
+                self._give_up(f"leader lease lost: not renewed within {self.renew_deadline:.1f}s")
                 return
+
+    def _remaining(self) -> float:
+        until = self.valid_until
+        return 0.0 if until is None else until - time.monotonic()
+
+    def _give_up(self, why: str) -> None:
+        log.error(why, extra={"fields": {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}})
+        if self.guard is not None:
+            self.guard.revoke()
+        was_leading = self.leading.is_set()
+        self.leading.clear()
+        self.valid_until = None
+        self.lost.set()
+        if was_leading and self.on_stopped:
+            try:
+                self.on_stopped()
+            except Exception:  # noqa: BLE001
+                log.exception("on_stopped failed")
+
+    def healthy(self, grace: float = 0.0) -> tuple[bool, str]:
+        """Liveness: the election thread runs, and a leader is never past its renew deadline unnoticed."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return False, "leader election thread is not running"
+        until = self.valid_until
+        if self.leading.is_set() and until is not None and time.monotonic() > until + grace:
+            return False, "leader lease not renewed within the renew deadline"
+        return True, "ok"
 
     def stop(self, release: bool = True) -> None:
         """Stop campaigning; when leading and `release`, hand the Lease back for an immediate takeover."""

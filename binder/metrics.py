@@ -32,6 +32,9 @@ class BinderMetrics:
                                registry=r)
         self.api_requests = Counter("fracgpu_binder_api_requests", "API server requests by verb and HTTP code",
                                     ["verb", "code"], registry=r)
+        self.reports_pending = Gauge("fracgpu_binder_reports_pending",
+                                     "Successful binds whose status, condition or event is not written yet",
+                                     registry=r)
         self.leader = Gauge("fracgpu_binder_leader", "1 while this process holds the leader lease", registry=r)
         self.reconcile_seconds = Histogram(
             "fracgpu_binder_reconcile_seconds", "Duration of one BindRequest reconcile",

@@ -2,7 +2,9 @@
 
 Reference section 5, with DECISIONS 2.3: when the `pods/binding` call errors, the pod is re-read from the
 API server and a bind that went through counts as a success; rollback re-reads the pod too and never
-undoes anything for a pod that is bound.
+undoes anything for a pod that is bound. A Binding answered by a timeout, a reset or a 5xx may still be
+committed after that re-read (the server keeps working on it until its own request timeout): such an
+attempt ends in BindOutcomeUnknown, which is never rolled back; the controller decides it later.
 
 The bind annotations (`received-resource-type`, `kai.scheduler/numa-placement-predicted`) travel in the
 Binding object itself: the API server copies a Binding's annotations onto the pod in the same write that
@@ -35,6 +37,19 @@ class BindFailure(Exception):
         self.step = step
 
 
+class BindOutcomeUnknown(Exception):
+    """The Binding got no answer (timeout, reset) or a 5xx, and the pod was not (yet) seen bound.
+
+    The server may still commit it until `decide_after` (time.monotonic()): the request's start plus the
+    apiserver's request timeout. Nothing may be rolled back before a read made after that moment; the
+    message is the failure to report if that read finds the pod unbound.
+    """
+
+    def __init__(self, message: str, decide_after: float) -> None:
+        super().__init__(message)
+        self.decide_after = decide_after
+
+
 def bind_annotations(bind_request: dict[str, Any]) -> dict[str, str]:
     """Reference 5.1 step 5: always the received type (even ""), the NUMA prediction when present."""
     spec = st.spec(bind_request)
@@ -57,11 +72,19 @@ def binding_body(pod: dict[str, Any], node_name: str, annotations: dict[str, str
     }
 
 
+def pod_bound_to(current: dict[str, Any], pod: dict[str, Any], node_name: str) -> bool:
+    """Is `current` (a fresh read) the same pod as `pod` (same uid), bound to `node_name`?"""
+    same_pod = (current.get("metadata") or {}).get("uid") == (pod.get("metadata") or {}).get("uid")
+    return same_pod and (current.get("spec") or {}).get("nodeName") == node_name
+
+
 class Pipeline:
     def __init__(self, client: KubeClient, reservation: Any, plugins: Sequence[BinderPlugin],
                  record_event: EventRecorder | None = None,
-                 observe_reservation: Callable[[float], None] | None = None) -> None:
+                 observe_reservation: Callable[[float], None] | None = None,
+                 apiserver_request_timeout_s: float = 60.0) -> None:
         self.client = client
+        self.apiserver_request_timeout_s = apiserver_request_timeout_s
         self.reservation = reservation
         self.plugins = list(plugins)
         self.record_event = record_event
@@ -75,7 +98,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ bind
     def bind(self, ctx: BindContext) -> None:
-        """Run one attempt; raise BindFailure naming the step that failed."""
+        """Run one attempt; raise BindFailure naming the step that failed, or BindOutcomeUnknown."""
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
@@ -120,24 +143,30 @@ class Pipeline:
     def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
         ns, name = ctx.namespace, ctx.pod_name
         body = binding_body(ctx.pod, node_name, bind_annotations(ctx.bind_request))
+        started = time.monotonic()
         try:
             self.client.create(pod_path(ns, name, "binding"), body)
             return
         except ApiError as error:
-            failure = BindFailure("binding", f"failed to bind pod <{ns}/{name}> to node <{node_name}>: {error}")
+            message = f"failed to bind pod <{ns}/{name}> to node <{node_name}>: {error}"
             cause = error
+        unknown = BindOutcomeUnknown(message, started + self.apiserver_request_timeout_s) \
+            if cause.outcome_unknown else None
         # DECISIONS 2.3: the call may have gone through although its answer was lost or was an error.
         try:
             current = self.client.get(pod_path(ns, name))
         except ApiError as error:
             log.warning("binding failed and the pod could not be re-read: %s", error, extra=ctx.log_fields())
-            raise failure from cause
-        same_pod = (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid")
-        if same_pod and (current.get("spec") or {}).get("nodeName") == node_name:
+            raise (unknown or BindFailure("binding", message)) from cause
+        if pod_bound_to(current, ctx.pod, node_name):
             log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",
                         cause, extra=ctx.log_fields())
             return
-        raise failure from cause
+        if unknown is not None:
+            log.warning("binding outcome unknown (%s): decided by a read after the apiserver's request "
+                        "timeout; nothing is rolled back before that", cause, extra=ctx.log_fields())
+            raise unknown from cause
+        raise BindFailure("binding", message) from cause
 
     # ------------------------------------------------------------------ rollback
     def rollback(self, ctx: BindContext) -> list[str]:
@@ -156,6 +185,8 @@ class Pipeline:
         if current is not None and (current.get("spec") or {}).get("nodeName"):
             log.warning("pod is bound to node %s; nothing of it is rolled back",
                         current["spec"]["nodeName"], extra=fields)
+            if (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid"):
+                ctx.found_bound_to = current["spec"]["nodeName"]
             return []
         if current is not None:
             ctx.pod = current  # label removal must see the labels the server has, not our copy's

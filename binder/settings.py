@@ -41,6 +41,11 @@ class Settings:
     plugins_json: str | None = None
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
+    client_timeout_s: float = 30.0
+    max_pending_reports: int = 2000
+    watch_read_timeout_s: float = 90.0
+    report_qps_share: float = 0.25
+    apiserver_request_timeout_s: float = 60.0
     identity: str = ""
     log_format: str = "json"
     log_level: str = "info"
@@ -97,6 +102,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-election-retry-period", type=float, default=2.0)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds binds in flight may take to finish after SIGTERM")
+    p.add_argument("--client-timeout", type=float, default=30.0,
+                   help="seconds the binder waits for the answer to one API call (watches excepted)")
+    p.add_argument("--apiserver-request-timeout", type=float, default=60.0,
+                   help="the kube-apiserver's --request-timeout: a Binding answered by a timeout, a reset or "
+                        "a 5xx is decided from a read made only after this long")
+    p.add_argument("--watch-read-timeout", type=float, default=90.0,
+                   help="seconds without a byte (event or bookmark) after which a watch is re-opened")
+    p.add_argument("--max-pending-reports", type=int, default=2000,
+                   help="successful binds whose status may wait to be written; workers wait beyond that")
+    p.add_argument("--report-qps-share", type=float, default=0.25,
+                   help="share of --qps reserved for status, condition and event writes (they also get "
+                        "every token binds leave over)")
     p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -142,6 +159,11 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         plugins_json=args.plugins or None,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
+        client_timeout_s=max(0.1, args.client_timeout),
+        max_pending_reports=max(1, args.max_pending_reports),
+        watch_read_timeout_s=max(1.0, args.watch_read_timeout),
+        report_qps_share=min(1.0, max(0.0, args.report_qps_share)),
+        apiserver_request_timeout_s=max(0.0, args.apiserver_request_timeout),
         identity=args.identity,
         log_format=args.log_format,
         log_level=args.log_level,

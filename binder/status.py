@@ -29,6 +29,29 @@ def status(bind_request: dict[str, Any]) -> dict[str, Any]:
     return bind_request.get("status") or {}
 
 
+def uid(obj: dict[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("uid") or ""
+
+
+def owner_pod_uid(bind_request: dict[str, Any]) -> str:
+    """The uid of the pod the BindRequest is owned by (the scheduler sets this reference), or ""."""
+    pod_name = spec(bind_request).get("podName")
+    for ref in (bind_request.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("name") == pod_name:
+            return ref.get("uid") or ""
+    return ""
+
+
+def replaced_pod_error(bind_request: dict[str, Any], pod: dict[str, Any]) -> str | None:
+    """Why this pod is not the one the BindRequest was made for (re-created under the same name), or None."""
+    owner = owner_pod_uid(bind_request)
+    if not owner or owner == uid(pod):
+        return None
+    meta = pod.get("metadata") or {}
+    return (f"pod {meta.get('namespace', '')}/{meta.get('name', '')} was re-created (uid {uid(pod)}); this "
+            f"BindRequest was made for the pod with uid {owner}")
+
+
 def backoff_limit(bind_request: dict[str, Any]) -> int:
     """`spec.backoffLimit`, with unset (or unusable) counting as 1, the way the scheduler reads it."""
     value = spec(bind_request).get("backoffLimit")

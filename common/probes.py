@@ -46,9 +46,15 @@ class HttpEndpoint:
         self.server.server_close()
 
 
-def health_routes(ready: Callable[[], tuple[bool, str]]) -> dict[str, Route]:
+def health_routes(ready: Callable[[], tuple[bool, str]],
+                  live: Callable[[], tuple[bool, str]] | None = None) -> dict[str, Route]:
+    """`/readyz` answers `ready()`; `/healthz` answers `live()` (always ok without one)."""
+
     def healthz() -> tuple[int, str, bytes]:
-        return 200, "text/plain", b"ok\n"
+        if live is None:
+            return 200, "text/plain", b"ok\n"
+        ok, why = live()
+        return (200 if ok else 503), "text/plain", (why + "\n").encode()
 
     def readyz() -> tuple[int, str, bytes]:
         ok, why = ready()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from binder.kube.client import ApiError, KubeClient
+from binder.kube.client import ApiError, KubeClient, WatchIdle
 from common import names
 
 log = logging.getLogger("binder.cache")
@@ -59,6 +59,10 @@ class Informer:
     params: dict[str, str] = field(default_factory=dict)
     watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
+    # No byte for this long ends the watch (then it is re-opened from the last resourceVersion). The
+    # apiserver sends a bookmark about every minute to watches that allow them, so a healthy watch never
+    # waits this long; a silently dead connection is noticed within it, not after timeoutSeconds + 30.
+    read_timeout_s: float = 90.0
 
     def __post_init__(self) -> None:
         self._store: dict[str, dict] = {}
@@ -108,16 +112,20 @@ class Informer:
         self._handlers.append(handlers)
 
     def store_local(self, obj: dict) -> None:
-        """Put an object this process just wrote into the store, unless the store already has a newer one.
+        """Replace an object this process just wrote in the store, unless the store already has a newer one.
 
-        Lets a controller read its own writes before the watch delivers them (no handlers fire).
+        Lets a controller read its own writes before the watch delivers them (no handlers fire). A key the
+        store does not hold is never added: the watch may already have deleted it, and a ghost would stay
+        until the next re-list (L1); a new object comes from the watch.
         """
         obj = self.slim(obj)
         key = object_key(obj)
         with self._lock:
             current = self._store.get(key)
-            current_rv = (current or {}).get("metadata", {}).get("resourceVersion")
-            if current is None or _newer_or_equal(obj["metadata"].get("resourceVersion"), current_rv):
+            if current is None:
+                return
+            current_rv = current.get("metadata", {}).get("resourceVersion")
+            if _newer_or_equal(obj["metadata"].get("resourceVersion"), current_rv):
                 self._put(key, obj)
 
     # ------------------------------------------------------------------ lifecycle
@@ -230,13 +238,17 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout_s + random.randint(0, self.watch_timeout_s)),
         })
-        self._watch = self.client.watch(self.path, params)
+        self._watch = self.client.watch(self.path, params, read_timeout=self.read_timeout_s)
         try:
             for event in self._watch:
                 if self._stop.is_set():
                     return True
                 if not self._apply(event):
                     return False
+        except WatchIdle as idle:
+            # Nothing, not even a bookmark, for the read timeout: the connection may be dead. Not an
+            # error: open a new watch (on a new connection) from the last resourceVersion at once.
+            log.info("informer %s: %s; watching again", self.name, idle)
         finally:
             self._watch.close()
             self._watch = None
@@ -258,7 +270,12 @@ class Informer:
                 if error.gone:
                     need_list = True
                     continue
-                log.warning("informer %s: %s; retrying in %.1fs", self.name, error, backoff)
+                # As client-go's reflector: only a connection problem or throttling is worth watching
+                # again from the same resourceVersion. Anything else (504 "Too large resource version"
+                # after an etcd restore, a 500 ERROR event, ...) may never heal from it: list afresh.
+                need_list = need_list or not (error.transport or error.status == 429)
+                log.warning("informer %s: %s; %s in %.1fs", self.name, error,
+                            "re-listing" if need_list else "watching again", backoff)
                 self._stop.wait(backoff)
                 backoff = min(self.max_backoff_s, backoff * 2)
             except Exception:  # noqa: BLE001 - keep the cache alive whatever happens
@@ -346,16 +363,17 @@ class Caches:
     bindrequests: Informer
 
     @classmethod
-    def build(cls, client: KubeClient) -> Caches:
+    def build(cls, client: KubeClient, read_timeout_s: float = 90.0) -> Caches:
         from binder.kube.client import bindrequest_path
 
         return cls(
             pods=Informer(client, "/api/v1/pods", "pods", slim=slim_pod, indexers={
                 INDEX_NODE: pod_node_index, INDEX_GPU_GROUP: pod_gpu_group_index,
-                INDEX_NAMESPACE: namespace_index}),
-            nodes=Informer(client, "/api/v1/nodes", "nodes", slim=slim_node),
+                INDEX_NAMESPACE: namespace_index}, read_timeout_s=read_timeout_s),
+            nodes=Informer(client, "/api/v1/nodes", "nodes", slim=slim_node, read_timeout_s=read_timeout_s),
             bindrequests=Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic,
-                                  indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index}),
+                                  indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index},
+                                  read_timeout_s=read_timeout_s),
         )
 
     def all(self) -> list[Informer]:

@@ -11,13 +11,20 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
+
+from binder.kube import retry
+from binder.kube.fencing import WRITE_METHODS, WriteGuard
+from binder.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
+from binder.kube.tokenbucket import TokenBucket
+from binder.kube.transport import KeepAliveAdapter
+
+__all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError", "WatchIdle",
+           "bindrequest_path", "configmap_path", "events_path", "node_path", "pod_path"]
 
 PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -62,6 +69,36 @@ class ApiError(Exception):
         """True when no answer arrived (timeout, reset): the request may or may not have taken effect."""
         return self.status == 0
 
+    @property
+    def outcome_unknown(self) -> bool:
+        """True when a write may or may not have taken effect: no answer (timeout, reset) or a 5xx.
+
+        A 5xx (an apiserver or etcd timeout above all) can come after the write was committed, or be
+        followed by its commit: only a read made after the server-side deadline tells.
+        """
+        return self.transport or self.status >= 500
+
+
+class WatchIdle(ApiError):
+    """A watch stream received nothing for its read timeout: re-open it from the last resourceVersion."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        super().__init__(0, "WatchIdle", f"WATCH {path}: nothing received for {seconds:.0f}s", {})
+
+
+class FencedError(ApiError):
+    """A write refused inside this process: the leader lease it needs is no longer surely held.
+
+    Nothing was sent, so the outcome is known (nothing happened); the binder is about to stop leading.
+    """
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, "LeaseNotHeld", f"{method} {path}: not sent: the leader lease is not held", {})
+
+    @property
+    def transport(self) -> bool:
+        return False
+
 
 class TransportError(ApiError):
     """The connection failed or timed out before an answer arrived."""
@@ -69,60 +106,6 @@ class TransportError(ApiError):
     def __init__(self, method: str, path: str, cause: Exception) -> None:
         super().__init__(0, "TransportError", f"{method} {path}: {type(cause).__name__}: {cause}", {})
         self.cause = cause
-
-
-class TokenBucket:
-    """Thread-safe token bucket: `rate` tokens per second, at most `burst` saved up.
-
-    A caller that finds the bucket empty reserves the next token (the count goes negative) and sleeps
-    until it is due, so waiting callers are served in arrival order and the long-run rate holds exactly.
-    A rate <= 0 means unlimited.
-    """
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.rate = float(rate)
-        self.burst = max(1, int(burst))
-        self._tokens = float(self.burst)
-        self._clock = clock
-        self._sleep = sleep
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Take one token; return how many seconds the caller must wait before using it."""
-        if self.rate <= 0:
-            return 0.0
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-
-    def acquire(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            self._sleep(delay)
-
-    def acquire_spare(self) -> None:
-        """Take a token only when no reserving caller is owed one: background work yields to binds.
-
-        Reserving callers push the count below zero and are served in order; a spare caller waits until
-        a whole token is free again, so under load it gets only what the bind path leaves over.
-        """
-        if self.rate <= 0:
-            return
-        while True:
-            with self._lock:
-                now = self._clock()
-                self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-                self._last = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                wait = (1.0 - self._tokens) / self.rate
-            self._sleep(max(wait, 0.001))
 
 
 def _error_from_response(method: str, path: str, response: requests.Response) -> ApiError:
@@ -152,16 +135,17 @@ class KubeClient:
     def __init__(self, host: str, *, token: str | None = None, ca_file: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, verify: bool = True,
                  qps: float = 50.0, burst: int = 300, pool_size: int = 64,
-                 token_source: Callable[[], str | None] | None = None) -> None:
+                 token_source: Callable[[], str | None] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.host = host.rstrip("/")
+        self.timeout = float(timeout)
         self.bucket = TokenBucket(qps, burst)
         self._token = token
         self._token_source = token_source
         self.session = requests.Session()
         self.session.trust_env = False
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", adapter)
+        self._adapter = KeepAliveAdapter(pool_connections=4, pool_maxsize=pool_size)
+        self.session.mount("https://", self._adapter)
+        self.session.mount("http://", self._adapter)
         self.session.verify = ca_file if (verify and ca_file) else verify
         if cert_file:
             self.session.cert = (cert_file, key_file) if key_file else cert_file
@@ -170,6 +154,40 @@ class KubeClient:
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
+        self._reserved: TokenBucket | None = None
+        # Retries within one call (binder/kube/retry.py); the lease view has none: it has a deadline.
+        self.max_retries = retry.MAX_RETRIES
+        # Fencing of writes on the leader lease (binder/kube/fencing.py); shared by every view.
+        self.guard = WriteGuard()
+
+    def for_lease(self, qps: float = 5.0, burst: int = 10) -> KubeClient:
+        """The same session for leader election: its own token bucket, so a lease renew never queues
+        behind binds (controller-runtime gives leader election its own client too), and no fencing."""
+        view = copy.copy(self)
+        view.bucket = TokenBucket(qps, burst)
+        view.guard = WriteGuard()
+        view._spare_tokens_only = False
+        view._reserved = None
+        view.max_retries = 0
+        return view
+
+    def reserve_background_share(self, share: float) -> None:
+        """Give background views `share` of the rate, served in turn with binds; beyond it they take only
+        the tokens binds leave over. Call before creating the views. Without it background work can
+        starve for as long as binds keep the bucket busy."""
+        if share > 0 and self.bucket.rate > 0:
+            self._reserved = TokenBucket(self.bucket.rate * share, max(1, int(self.bucket.burst * share)))
+
+    def _acquire_background(self) -> None:
+        while True:
+            wait_reserved = self._reserved.try_acquire() if self._reserved is not None else float("inf")
+            if wait_reserved == 0:
+                self.bucket.acquire()  # our reserved share: wait our turn like a bind
+                return
+            wait_spare = self.bucket.try_acquire()
+            if wait_spare == 0:
+                return
+            time.sleep(max(0.001, min(wait_reserved, wait_spare)))
 
     def background(self) -> KubeClient:
         """The same client (session, credentials, bucket) for work that may wait for the bind path:
@@ -180,7 +198,8 @@ class KubeClient:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300) -> KubeClient:
+    def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
+                        timeout: float = DEFAULT_TIMEOUT) -> KubeClient:
         """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
         from kubernetes import client as k8s_client
         from kubernetes import config as k8s_config
@@ -211,6 +230,7 @@ class KubeClient:
             qps=qps,
             burst=burst,
             token_source=token_source,
+            timeout=timeout,
         )
 
     # ------------------------------------------------------------------ core
@@ -225,16 +245,18 @@ class KubeClient:
     def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
               timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
         if self._spare_tokens_only:
-            self.bucket.acquire_spare()
+            self._acquire_background()
         else:
             self.bucket.acquire()
+        if method in WRITE_METHODS and not self.guard.allows_writes():
+            raise FencedError(method, path)
         headers = self._auth_headers()
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
             data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         if timeout is None:
-            timeout = DEFAULT_TIMEOUT
+            timeout = self.timeout
         if not isinstance(timeout, tuple):
             timeout = (min(CONNECT_TIMEOUT, timeout), timeout)
         try:
@@ -250,9 +272,28 @@ class KubeClient:
 
     def request(self, method: str, path: str, *, body: Any = None, params: dict | None = None,
                 content_type: str = "application/json", timeout: float | None = None) -> dict | None:
-        """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError."""
-        response = self._send(method, path, body=body, params=params, content_type=content_type,
-                              timeout=timeout, stream=False)
+        """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError.
+
+        Retries what binder/kube/retry.py says the server or the connection allows, up to `max_retries`.
+        """
+        attempt = 0
+        while True:
+            try:
+                response = self._send(method, path, body=body, params=params, content_type=content_type,
+                                      timeout=timeout, stream=False)
+            except TransportError as error:
+                if method == "GET" and attempt < min(self.max_retries, retry.READ_RETRIES) and \
+                        retry.is_dropped_connection(error.cause):
+                    time.sleep(retry.READ_BACKOFF_S * 2 ** attempt)
+                    attempt += 1
+                    continue
+                raise
+            wait = retry.retry_after_seconds(response) if attempt < self.max_retries else None
+            if wait is None:
+                break
+            response.close()
+            time.sleep(wait)
+            attempt += 1
         if response.status_code >= 400:
             raise _error_from_response(method, path, response)
         if not response.content:
@@ -307,8 +348,9 @@ class KubeClient:
         query = dict(params or {})
         query["watch"] = "true"
         server_timeout = float(query.get("timeoutSeconds") or 300)
+        read_timeout = read_timeout or server_timeout + 30
         response = self._send("GET", path, body=None, params=query, content_type="application/json",
-                              timeout=(CONNECT_TIMEOUT, read_timeout or server_timeout + 30), stream=True)
+                              timeout=(CONNECT_TIMEOUT, read_timeout), stream=True)
         try:
             if response.status_code >= 400:
                 raise _error_from_response("WATCH", path, response)
@@ -320,46 +362,11 @@ class KubeClient:
                     if isinstance(event, dict):
                         yield event
             except (requests.RequestException, ValueError) as error:
+                if "timed out" in str(error).lower():
+                    raise WatchIdle(path, read_timeout) from error
                 raise TransportError("WATCH", path, error) from error
         finally:
             response.close()
 
     def close(self) -> None:
         self.session.close()
-
-
-def pod_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{namespace}/pods"
-    if name:
-        path += f"/{name}"
-    if subresource:
-        path += f"/{subresource}"
-    return path
-
-
-def configmap_path(namespace: str, name: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    return f"{path}/{name}" if name else path
-
-
-def node_path(name: str | None = None) -> str:
-    return f"/api/v1/nodes/{name}" if name else "/api/v1/nodes"
-
-
-def bindrequest_path(namespace: str | None = None, name: str | None = None,
-                     subresource: str | None = None) -> str:
-    from common import names
-
-    base = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}"
-    if namespace is None:
-        return f"{base}/{names.BINDREQUEST_PLURAL}"
-    path = f"{base}/namespaces/{namespace}/{names.BINDREQUEST_PLURAL}"
-    if name:
-        path += f"/{name}"
-    if subresource:
-        path += f"/{subresource}"
-    return path
-
-
-def events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/events"

@@ -46,6 +46,8 @@ class BindContext:
     client: KubeClient
     state: dict[str, Any] = field(default_factory=dict)
     record_event: EventRecorder | None = None
+    # Set by Pipeline.rollback when its fresh read finds this very pod (same uid) bound: the node's name.
+    found_bound_to: str = ""
 
     @property
     def namespace(self) -> str:

@@ -28,6 +28,8 @@ class GroupPods:
     reservation: dict[str, Any] | None = None
     running: list[dict[str, Any]] = field(default_factory=list)
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # Reservation pods that hold no GPU any more (evicted, finished, being deleted): never a reservation.
+    dead_reservations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fraction_pods(self) -> list[dict[str, Any]]:
@@ -38,10 +40,18 @@ def _meta(pod: dict[str, Any]) -> dict[str, Any]:
     return pod.get("metadata") or {}
 
 
+def is_live_reservation(pod: dict[str, Any]) -> bool:
+    """A reservation pod holds its GPU only while it is not finished (an evicted pod is `Failed`, and its
+    device is released) and not being deleted (M4)."""
+    if _meta(pod).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase", "") not in ("Succeeded", "Failed")
+
+
 def classify_group_pods(pods: Iterable[dict[str, Any]], reservation_namespace: str) -> GroupPods:
-    """Any pod in the reservation namespace is the reservation pod (the last one listed wins); other pods
-    count as fraction pods while Running or Pending; finished and unknown-phase pods are ignored.
-    A pod listed twice (single- and multi-group label lists) counts once."""
+    """A live pod in the reservation namespace is the reservation pod (the last one listed wins), a dead
+    one is only a dead reservation; other pods count as fraction pods while Running or Pending; finished
+    and unknown-phase pods are ignored. A pod listed twice (single- and multi-group label lists) counts once."""
     result = GroupPods()
     seen: set[tuple[str, str]] = set()
     for pod in pods:
@@ -51,7 +61,10 @@ def classify_group_pods(pods: Iterable[dict[str, Any]], reservation_namespace: s
             continue
         seen.add(key)
         if key[0] == reservation_namespace:
-            result.reservation = pod
+            if is_live_reservation(pod):
+                result.reservation = pod
+            else:
+                result.dead_reservations.append(pod)
             continue
         phase = (pod.get("status") or {}).get("phase", "")
         if phase == "Running":

@@ -123,6 +123,11 @@ class ReservationService:
         # The cache suggests deleting something: decide again from the API server.
         group_pods = gc.classify_group_pods(self.api.pods_of_group(group), ns)
         state = gc.group_state(group_pods)
+        for dead in group_pods.dead_reservations:
+            if not _meta(dead).get("deletionTimestamp"):
+                log.warning("deleting dead reservation pod %s (phase %s)", _ref(dead),
+                            (dead.get("status") or {}).get("phase"), extra=_log_fields(dead, group))
+                self._delete_pod(dead, grace_zero=True)
         if state is gc.GroupState.ORPHAN_FRACTION_PODS:
             for pod in group_pods.running:
                 log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(pod, group))
@@ -178,6 +183,14 @@ class ReservationService:
                   "fields": {"group": group}}
         found = self.client.list_all(pod_path(ns), {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
         existing = found.get("items") or []
+        for dead in [p for p in existing if not gc.is_live_reservation(p)]:
+            # Its GPU is no longer reserved (evicted, finished): never hand out its id (M4).
+            if _meta(dead).get("deletionTimestamp"):
+                raise ReservationError(f"reservation pod {_ref(dead)} of gpu group {group} is being deleted")
+            log.warning("deleting dead reservation pod %s (phase %s) before reserving again", _ref(dead),
+                        (dead.get("status") or {}).get("phase"), extra=fields)
+            self._delete_pod(dead, grace_zero=True)
+            existing = [p for p in existing if p is not dead]
         if existing:
             reservation = existing[0]
             on_node = (reservation.get("spec") or {}).get("nodeName")
@@ -187,20 +200,21 @@ class ReservationService:
             if gpu_id_of(reservation):
                 return gpu_id_of(reservation)
             log.info("reservation pod has no GPU id yet, waiting", extra=fields)
-            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields)
+            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"))
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
         body = build_reservation_pod(self.settings, node_name, group, pod)
         name = body["metadata"]["name"]
+        uid = None
         try:
-            self.client.create(pod_path(ns), body)
+            uid = _meta(self.client.create(pod_path(ns), body)).get("uid")
             log.info("GPU reservation pod created", extra={**fields, "fields": {"group": group, "reservation": name}})
         except ApiError as error:
             if not error.already_exists:
                 raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
             log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
-        return self._wait_for_gpu_id(name, fields)
+        return self._wait_for_gpu_id(name, fields, uid)
 
     def _scaling_up(self) -> bool:
         try:
@@ -209,38 +223,56 @@ class ReservationService:
             log.warning("could not check whether the cluster is scaling up: %s", error)
             return False
 
-    def _wait_for_gpu_id(self, name: str, fields: Obj) -> str:
-        """Watch the reservation pod until it writes a non-empty GPU id, it disappears, or the allocation
-        timeout passes; on failure delete it (grace 0) so the next attempt starts clean."""
+    def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None) -> str:
+        """Watch the reservation pod until it writes a non-empty GPU id, it disappears, the kubelet rejects it,
+        or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
+        attempt starts clean. An API blip or a broken watch stream does not end the wait: the watch is opened
+        again (it starts with the pod's current state) until the deadline (M3)."""
         ns = self.settings.namespace
         deadline = time.monotonic() + self.settings.allocation_timeout_s
-        why = "timed out"
+        why, rejected = "timed out", ""
         try:
             while (remaining := deadline - time.monotonic()) > 0:
                 params = {"fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(max(1, math.ceil(remaining)))}
-                for event in self.client.watch(pod_path(ns), params):
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        raise ReservationError(f"watch error: {obj.get('message', obj)}")
-                    if kind == "DELETED":
-                        raise ReservationError("reservation pod was deleted")
-                    if kind in ("ADDED", "MODIFIED") and gpu_id_of(obj):
-                        return gpu_id_of(obj)
-                    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                        # A terminating pod's program is being stopped; it will never report a GPU.
-                        raise ReservationError("reservation pod is being deleted")
-                    if time.monotonic() >= deadline:
-                        break
+                try:
+                    for event in self.client.watch(pod_path(ns), params):
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "ERROR":
+                            raise ApiError(obj.get("code") or 500, obj.get("reason", ""), obj.get("message", ""), obj)
+                        uid = uid or _meta(obj).get("uid")
+                        if kind == "DELETED":
+                            raise ReservationError("reservation pod was deleted")
+                        if kind in ("ADDED", "MODIFIED") and gpu_id_of(obj):
+                            return gpu_id_of(obj)
+                        if _meta(obj).get("deletionTimestamp"):
+                            # A terminating pod's program is being stopped; it will never report a GPU.
+                            raise ReservationError("reservation pod is being deleted")
+                        if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+                            # Rejected by the kubelet (e.g. OutOfnvidia.com/gpu) or evicted: no GPU id will come.
+                            status = obj.get("status") or {}
+                            rejected = f"reservation pod ended with phase {status.get('phase')}: " \
+                                       f"{status.get('reason', '')} {status.get('message', '')}".strip()
+                            raise ReservationError(rejected)
+                        if time.monotonic() >= deadline:
+                            break
+                except ApiError as error:
+                    if error.status not in (0, 410, 429) and error.status < 500:
+                        raise
+                    log.info("watch of reservation pod %s/%s interrupted (%s); watching again", ns, name, error,
+                             extra=fields)
+                    time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         except (ApiError, ReservationError) as error:
             why = str(error)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
-        try:
-            self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                                         "gracePeriodSeconds": 0})
-        except ApiError as error:
-            if not error.not_found:
-                log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
-        raise ReservationError(f"failed waiting for GPU reservation pod to allocate: {ns}/{name}")
+        if uid:
+            try:
+                self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                             "gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+            except ApiError as error:
+                if not (error.not_found or error.conflict):
+                    log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
+        message = f"failed waiting for GPU reservation pod to allocate: {ns}/{name}"
+        raise ReservationError(f"{message} ({rejected})" if rejected else message)
 
     # ------------------------------------------------------------------ fraction pod labels
     def _label_pod(self, pod: Obj, group: str) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from binder.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
-from binder.kube.client import TokenBucket
+from binder.kube.client import ApiError, TokenBucket, TransportError
 from binder.kube.workqueue import ExponentialBackoff, WorkQueue
 
 
@@ -97,7 +98,7 @@ class ScriptedClient:
     def list_all(self, path, params=None):
         return self.lists.pop(0)
 
-    def watch(self, path, params):
+    def watch(self, path, params, read_timeout=None):
         yield from self.watches.pop(0)
 
 
@@ -137,10 +138,23 @@ def test_informer_relists_on_gone_and_reports_deletes_it_missed():
 
 
 def test_store_local_never_goes_back_in_time():
-    informer = Informer(ScriptedClient([], []), "/x", "x")
+    informer = Informer(ScriptedClient([{"metadata": {"resourceVersion": "3"}, "items": [pod("a", "3")]}], []),
+                        "/x", "x")
+    informer._relist()
     informer.store_local(pod("a", "7"))
     informer.store_local(pod("a", "5"))
     assert informer.get("ns/a")["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_write_answered_after_the_watch_deleted_the_object_leaves_no_ghost():
+    # Review probe 1: re-list {a@5}; the watch delivers DELETED a@12; then the answer of a status PATCH
+    # that raced the delete (a@11) is stored locally.
+    informer = Informer(ScriptedClient([{"metadata": {"resourceVersion": "10"}, "items": [pod("a", "5")]}],
+                                       [[{"type": "DELETED", "object": pod("a", "12")}]]), "/x", "x")
+    informer._relist()
+    informer._watch_once()
+    informer.store_local(pod("a", "11"))
+    assert informer.get("ns/a") is None
 
 
 def test_slim_node_keeps_labels_and_drops_status():
@@ -160,3 +174,48 @@ def test_slim_pod_keeps_the_resource_claim_statuses_dra_binds_read():
     slim = slim_pod(pod)
     assert "containerStatuses" not in slim["status"]
     assert claim_name_for(slim, "gpu") == "p-gpu-x7k2"
+
+
+class TooLargeResourceVersionClient:
+    """Lists fine; every watch from the listed resourceVersion answers 504 "Too large resource version"
+    (etcd restored from a backup: the server is behind the RV the informer holds)."""
+
+    def __init__(self):
+        self.lists = 0
+        self.watch_rvs = []
+
+    def list_all(self, path, params=None):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "1000"}, "items": [pod("a", "900")]}
+
+    def watch(self, path, params, read_timeout=None):
+        self.watch_rvs.append(params["resourceVersion"])
+        raise ApiError(504, "Timeout", "Too large resource version: 1000, current: 12")
+        yield  # a generator, like the real watch
+
+
+def test_a_watch_answered_too_large_resource_version_re_lists_instead_of_retrying_forever():
+    client = TooLargeResourceVersionClient()
+    informer = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+    informer.start()
+    try:
+        deadline = time.monotonic() + 3
+        while client.lists < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Every failed watch went back to a LIST (client-go's reflector), not to the same RV again.
+        assert client.lists >= 3 and client.lists >= len(client.watch_rvs)
+    finally:
+        informer.stop()
+
+
+def test_a_watch_that_lost_its_connection_resumes_from_its_resource_version_without_a_list():
+    client = TooLargeResourceVersionClient()
+    client.watch = lambda path, params, read_timeout=None: (_ for _ in ()).throw(
+        TransportError("WATCH", path, ConnectionResetError("reset")))
+    informer = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+    informer.start()
+    try:
+        time.sleep(1.0)
+        assert client.lists == 1
+    finally:
+        informer.stop()

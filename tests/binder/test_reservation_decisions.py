@@ -218,3 +218,20 @@ def test_group_locks_serialise_one_group_and_forget_idle_groups():
     waiter.join(5)
     assert order == ["other group", "first", "second"]
     assert len(locks) == 0
+
+
+def test_an_evicted_or_deleting_reservation_pod_is_not_a_reservation():
+    from binder.reservation.gc import GroupState, classify_group_pods, group_state
+
+    def rsv(phase, deleting=False):
+        meta = {"namespace": "rsv", "name": "r", "uid": "1"}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return {"metadata": meta, "status": {"phase": phase}}
+
+    user = {"metadata": {"namespace": "app", "name": "u"}, "status": {"phase": "Running"}}
+    for dead in (rsv("Failed"), rsv("Succeeded"), rsv("Running", deleting=True)):
+        pods = classify_group_pods([dead, user], "rsv")
+        assert pods.reservation is None and pods.dead_reservations == [dead]
+        assert group_state(pods) is GroupState.ORPHAN_FRACTION_PODS
+    assert classify_group_pods([rsv("Running"), user], "rsv").reservation is not None

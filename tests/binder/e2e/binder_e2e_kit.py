@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from common import names
 from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
 
@@ -90,7 +91,8 @@ def make_pod(kube: KubeClient, namespace: str, name: str, *, fraction: str | Non
 
 def make_bind_request(kube: KubeClient, namespace: str, pod_name: str, node: str, *,
                       name: str | None = None, fraction_groups: list[str] | None = None, portion: str = "0.50",
-                      backoff_limit: int | None = None, spec_extra: dict | None = None) -> dict:
+                      backoff_limit: int | None = None, spec_extra: dict | None = None,
+                      owner_uid: str | None = None) -> dict:
     spec: dict[str, Any] = {"podName": pod_name, "selectedNode": node,
                             "receivedResourceType": names.RECEIVED_TYPE_REGULAR}
     if fraction_groups is not None:
@@ -104,6 +106,9 @@ def make_bind_request(kube: KubeClient, namespace: str, pod_name: str, node: str
             "metadata": {"name": name or pod_name, "namespace": namespace,
                          "labels": {"selected-node": node}},
             "spec": spec}
+    if owner_uid is not None:  # as the scheduler writes it: the BindRequest is owned by its pod
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name,
+                                                "uid": owner_uid}]
     return kube.create(bindrequest_path(namespace), body)
 
 
@@ -133,6 +138,30 @@ def pod_condition(pod: dict) -> dict | None:
 def events_for(kube: KubeClient, namespace: str, name: str, kind: str = "Pod") -> list[dict]:
     items = kube.get(f"/api/v1/namespaces/{namespace}/events").get("items") or []
     return [e for e in items if e["involvedObject"].get("name") == name and e["involvedObject"].get("kind") == kind]
+
+
+def reservation_name(node: str, group: str) -> str:
+    return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).digest()[:8].hex()
+
+
+def configmaps(kube: KubeClient, namespace: str, pod: str) -> dict[str, dict]:
+    prefix = f"{pod}-bcd2345-shared-gpu-0"
+    found = {}
+    for name in (prefix, prefix + "-evar"):
+        try:
+            found[name] = kube.get(configmap_path(namespace, name))
+        except ApiError as error:
+            assert error.not_found
+    return found
+
+
+def exists(kube: KubeClient, path: str) -> bool:
+    try:
+        kube.get(path)
+        return True
+    except ApiError as error:
+        assert error.not_found
+        return False
 
 
 def run_binder_process(control_plane: Any, *argv: str, log_path: Path) -> subprocess.Popen:

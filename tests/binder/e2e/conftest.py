@@ -1,6 +1,6 @@
 """Fixtures for end-to-end binder tests on the real kube-apiserver of the test bed.
 
-`binder(**flags)` starts a whole binder (caches, queue, workers, plugins, reservation service) in this
+`binder(*flags)` starts a whole binder (caches, queue, workers, plugins, reservation service) in this
 process against the test bed; `binder_process(*argv)` starts `python -m binder` as a child process.
 `node_player` plays the kubelet + reservation program for reservation pods: it annotates each with a GPU
 UUID and marks it Running.
@@ -17,6 +17,7 @@ from binder_e2e_kit import NodePlayer
 from binder.app import BinderApp
 from binder.kube.client import KubeClient
 from binder.settings import parse_settings
+from testbed.faultproxy import HttpFaultProxy
 
 
 # The e2e tests' names for the fixtures of tests/binder/conftest.py.
@@ -50,7 +51,8 @@ def binder(control_plane: Any, bindrequest_crd: str, reservation_namespace: str,
                 "--rate-limiter-base-delay", "0.2", "--rate-limiter-max-delay", "2",
                 "--resource-reservation-allocation-timeout", "10", "--qps", "0", *extra]
         settings = parse_settings(argv)
-        client = client_class.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst)
+        client = client_class.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
+                                              timeout=settings.client_timeout_s)
         app = BinderApp(settings, client, plugins=plugins, reservation=reservation)
         app.start(sync_timeout=30)
         apps.append(app)
@@ -73,3 +75,16 @@ def node_player(kube: KubeClient, reservation_namespace: str) -> Iterator[NodePl
         player.stop()
 
 
+
+
+@pytest.fixture
+def fault_proxy(control_plane: Any) -> Iterator[HttpFaultProxy]:
+    """An HTTP fault proxy in front of the test bed's apiserver (testbed/faultproxy.py), acting as the admin.
+
+    Point a binder at it with `binder("--kubeconfig", str(fault_proxy.write_kubeconfig(path)))`.
+    """
+    proxy = HttpFaultProxy(control_plane.url, control_plane.ca_file, control_plane.admin.token).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

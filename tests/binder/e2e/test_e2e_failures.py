@@ -179,3 +179,26 @@ def test_deleted_bind_request_is_forgotten(binder, kube, namespace):
     kube.delete(bindrequest_path(namespace, "p1"))
     wait_for("queue settled", lambda: _settled(app), timeout=20)
     assert app.caches.bindrequests.get(namespace, "p1") is None
+
+
+def test_a_pod_re_created_under_the_same_name_is_not_bound_with_the_old_pods_placement(
+        binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    old = make_pod(kube, namespace, "sts-0")
+    kube.delete(pod_path(namespace, "sts-0"), params={"gracePeriodSeconds": "0"})
+    new = make_pod(kube, namespace, "sts-0")
+    # The scheduler's BindRequest for the old pod, handled only now (the binder was down, say).
+    make_bind_request(kube, namespace, "sts-0", node, owner_uid=old["metadata"]["uid"], backoff_limit=1)
+    binder()
+    br = wait_phase(kube, namespace, "sts-0", names.PHASE_FAILED, attempts=1)
+    assert "re-created" in br["status"]["reason"] and old["metadata"]["uid"] in br["status"]["reason"]
+    pod = kube.get(pod_path(namespace, "sts-0"))
+    assert pod["metadata"]["uid"] == new["metadata"]["uid"] and not pod["spec"].get("nodeName")
+
+
+def test_a_bind_request_owned_by_its_pod_binds_it(binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    pod = make_pod(kube, namespace, "owned")
+    make_bind_request(kube, namespace, "owned", node, owner_uid=pod["metadata"]["uid"])
+    binder()
+    wait_phase(kube, namespace, "owned", names.PHASE_SUCCEEDED)

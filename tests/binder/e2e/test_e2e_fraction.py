@@ -2,47 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from binder_e2e_kit import (
+    configmaps,
     events_for,
+    exists,
     get_bind_request,
     make_bind_request,
     make_pod,
     pod_condition,
+    reservation_name,
     wait_for,
     wait_phase,
 )
 
-from binder.kube.client import ApiError, KubeClient, TransportError, bindrequest_path, configmap_path, pod_path
+from binder.kube.client import KubeClient, TransportError, bindrequest_path, pod_path
 from common import names
 
 pytestmark = pytest.mark.apiserver
-
-
-def reservation_name(node: str, group: str) -> str:
-    return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).digest()[:8].hex()
-
-
-def configmaps(kube: KubeClient, namespace: str, pod: str) -> dict[str, dict]:
-    prefix = f"{pod}-bcd2345-shared-gpu-0"
-    found = {}
-    for name in (prefix, prefix + "-evar"):
-        try:
-            found[name] = kube.get(configmap_path(namespace, name))
-        except ApiError as error:
-            assert error.not_found
-    return found
-
-
-def exists(kube: KubeClient, path: str) -> bool:
-    try:
-        kube.get(path)
-        return True
-    except ApiError as error:
-        assert error.not_found
-        return False
 
 
 def test_fraction_with_one_group(binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):

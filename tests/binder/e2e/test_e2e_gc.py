@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from binder_e2e_kit import make_bind_request, make_pod, pod_condition, wait_for, wait_phase
-from test_e2e_fraction import exists, reservation_name
+from binder_e2e_kit import exists, make_bind_request, make_pod, pod_condition, reservation_name, wait_for, wait_phase
 
 from binder.kube.client import KubeClient, pod_path
 from common import names

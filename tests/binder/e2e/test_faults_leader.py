@@ -1,0 +1,102 @@
+"""A leader that cannot renew stops writing at its renew deadline, and liveness sees a wedged elector (H3, H4).
+
+The binder runs in this process behind the HTTP fault proxy, with a 4 s lease, a 2 s renew deadline and a
+0.5 s retry period. The proxy and the binder share one monotonic clock, so the proxy's log says exactly
+when each write left the binder.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for
+
+from binder.kube.client import pod_path
+
+pytestmark = pytest.mark.apiserver
+
+RENEW = 2.0
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def leader_flags(namespace: str) -> tuple[str, ...]:
+    return ("--leader-elect", "--leader-election-namespace", namespace, "--identity", "binder-a",
+            "--leader-election-lease-duration", "4", "--leader-election-renew-deadline", str(RENEW),
+            "--leader-election-retry-period", "0.5")
+
+
+def test_a_leader_cut_off_from_its_lease_writes_nothing_after_its_renew_deadline(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "fz", fraction="0.5")
+    node_player.paused = True
+    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+                 *leader_flags(namespace))
+    assert app.elector is not None and app.elector.leading.wait(10)
+    make_bind_request(kube, namespace, "fz", node, fraction_groups=["gf"])
+    # The bind is in flight: its reservation pod waits for a GPU id the paused node player does not give.
+    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, "gf"))))
+
+    # A partition between this leader and its Lease only: lease calls hang, every other call goes through.
+    cut = time.monotonic()
+    fault_proxy.hang("*", r"/leases", times=None)
+    assert app.stopped.wait(RENEW + 1.0), "the leader did not give up by its renew deadline"
+    assert time.monotonic() - cut <= RENEW + 1.0
+    # The node now reports the GPU: the bind in flight would go on to label, ConfigMaps and Binding.
+    node_player.paused = False
+    time.sleep(3)
+
+    late = [r for r in fault_proxy.log if r["method"] in WRITES and "/leases" not in r["path"]
+            and r["start"] > cut + RENEW]
+    assert late == [], late
+    pod = kube.get(pod_path(namespace, "fz"))
+    assert not pod["spec"].get("nodeName")
+    assert configmaps(kube, namespace, "fz") == {}
+
+
+def test_a_wedged_leader_has_its_writes_fenced_after_its_renew_deadline(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    """The election thread itself is stuck, so nothing notices the loss: only the fence stops the writes."""
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "fw", fraction="0.5")
+    node_player.paused = True
+    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+                 *leader_flags(namespace))
+    assert app.elector is not None and app.elector.leading.wait(10)
+    make_bind_request(kube, namespace, "fw", node, fraction_groups=["gw"])
+    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, "gw"))))
+    wedge = threading.Event()
+    app.elector.try_acquire_or_renew = lambda *args, **kwargs: wedge.wait()
+    try:
+        wedged = time.monotonic()
+        time.sleep(RENEW + 0.5)
+        node_player.paused = False
+        time.sleep(3)
+        late = [r for r in fault_proxy.log if r["method"] in WRITES and "/leases" not in r["path"]
+                and r["start"] > wedged + RENEW]
+        assert late == [], late
+        assert not kube.get(pod_path(namespace, "fw"))["spec"].get("nodeName")
+        assert configmaps(kube, namespace, "fw") == {}
+    finally:
+        wedge.set()
+
+
+def test_liveness_fails_when_the_elector_is_wedged(binder, kube, namespace):
+    app = binder(*leader_flags(namespace))
+    assert app.elector is not None and app.elector.leading.wait(10)
+    url = f"http://127.0.0.1:{app.endpoints[0].port}/healthz"
+    assert requests.get(url, timeout=2).status_code == 200
+    wedge = threading.Event()
+    # A renew that never returns: a call no timeout covers, a stuck credential hook, a bug.
+    app.elector.try_acquire_or_renew = lambda *args, **kwargs: wedge.wait()
+    try:
+        def failing() -> str | None:
+            answer = requests.get(url, timeout=2)
+            return answer.text if answer.status_code == 503 else None
+
+        assert "renew" in wait_for("liveness failing", failing, timeout=RENEW + 5)
+    finally:
+        wedge.set()

@@ -1,0 +1,76 @@
+"""A reservation pod that no longer holds its GPU is never handed out again (M4).
+
+The node player plays the kubelet: it gives each reservation pod a GPU id and marks it Running. An eviction
+is played by writing `phase: Failed, reason: Evicted` on the reservation pod, as the kubelet does.
+"""
+
+from __future__ import annotations
+
+import pytest
+from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for, wait_phase
+
+from binder.kube.client import pod_path
+from common import names
+
+pytestmark = pytest.mark.apiserver
+
+
+def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    rsv_name = reservation_name(node, "ge")
+    rsv = pod_path(reservation_namespace, rsv_name)
+    make_pod(kube, namespace, "first", fraction="0.5")
+    binder()
+    make_bind_request(kube, namespace, "first", node, fraction_groups=["ge"])
+    wait_phase(kube, namespace, "first", names.PHASE_SUCCEEDED)
+    old_gpu = node_player.uuid_for(rsv_name)
+    kube.patch(pod_path(namespace, "first", "status"), {"status": {"phase": "Running"}})
+
+    # The kubelet evicts the reservation pod (memory pressure): its GPU goes back to the device plugin.
+    kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "Evicted"}})
+    node_player.uuids[rsv_name] = "GPU-after-eviction"  # a new reservation pod gets another device
+    make_pod(kube, namespace, "second", fraction="0.5")
+    make_bind_request(kube, namespace, "second", node, fraction_groups=["ge"])
+
+    wait_phase(kube, namespace, "second", names.PHASE_SUCCEEDED)
+    devices = configmaps(kube, namespace, "second")["second-bcd2345-shared-gpu-0"]["data"][names.NVIDIA_VISIBLE_DEVICES]
+    assert devices == "GPU-after-eviction" != old_gpu
+    current = kube.get(rsv)
+    assert current["status"]["phase"] == "Running" and not current["metadata"].get("deletionTimestamp")
+    # The first pod ran on a GPU that is no longer reserved: it is removed, as any pod without a reservation.
+    wait_for("orphaned fraction pod removed", lambda: not exists(kube, pod_path(namespace, "first"))
+             or kube.get(pod_path(namespace, "first"))["metadata"].get("deletionTimestamp"))
+
+
+def test_an_api_blip_during_the_reservation_wait_does_not_fail_the_bind(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "blip", fraction="0.5")
+    # The first watch of the reservation pod is answered 503.
+    fault_proxy.answer("GET", rf"/namespaces/{reservation_namespace}/pods$", 503, query="watch=true", times=1)
+    binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")))
+    make_bind_request(kube, namespace, "blip", node, fraction_groups=["gb"])
+
+    br = wait_phase(kube, namespace, "blip", names.PHASE_SUCCEEDED)
+    assert br["status"].get("failedAttempts", 0) == 0
+    assert exists(kube, pod_path(reservation_namespace, reservation_name(node, "gb")))
+    watches = fault_proxy.requests("GET", rf"/namespaces/{reservation_namespace}/pods$")
+    assert 503 in [r["status"] for r in watches]
+
+
+def test_a_reservation_pod_the_kubelet_rejected_fails_at_once_and_says_why(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "rej", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "30")
+    make_bind_request(kube, namespace, "rej", node, fraction_groups=["gj"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gj"))
+    wait_for("reservation pod created", lambda: exists(kube, rsv))
+    kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "OutOfnvidia.com/gpu",
+                                            "message": "Pod was rejected: Node didn't have enough resource"}})
+    br = wait_phase(kube, namespace, "rej", names.PHASE_FAILED, attempts=1, timeout=10)  # not the 30 s timeout
+    assert "OutOfnvidia.com/gpu" in br["status"]["reason"]
+    assert br["status"]["reason"].startswith(f"failed to reserve GPUs for pod <{namespace}/rej> in gpu group <gj>: "
+                                             "failed waiting for GPU reservation pod to allocate")

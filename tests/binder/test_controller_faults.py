@@ -1,0 +1,96 @@
+"""Controller decisions under faults: an API blip is not a failed bind (M5); a bind found done is a success (M11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from binder.controller import BindRequestController
+from binder.kube.client import ApiError, TransportError
+from binder.metrics import BinderMetrics
+from common import names
+
+BR = {"metadata": {"namespace": "ns", "name": "p", "uid": "u1", "resourceVersion": "1"},
+      "spec": {"podName": "p", "selectedNode": "n1", "receivedResourceType": names.RECEIVED_TYPE_REGULAR}}
+
+
+class Store:
+    def __init__(self, objects):
+        self.objects = objects
+
+    def get(self, namespace, name=None):
+        return self.objects.get(name if name is not None else namespace)
+
+
+class Caches:
+    def __init__(self):
+        self.bindrequests = Store({"p": BR})
+        self.pods = Store({})  # the watch has not delivered the pod yet: the controller reads the API
+        self.nodes = Store({})
+
+
+class Client:
+    def __init__(self, error):
+        self.error = error
+        self.writes = []
+
+    def get(self, path, params=None):
+        raise self.error
+
+    def patch(self, path, body, patch_type="merge"):
+        self.writes.append((path, body))
+        return {}
+
+    def background(self):
+        return self
+
+
+@pytest.mark.parametrize("error", [
+    TransportError("GET", "/api/v1/namespaces/ns/pods/p", ConnectionResetError("reset")),
+    ApiError(503, "ServiceUnavailable", "etcd is down"),
+    ApiError(429, "TooManyRequests", "throttled"),
+])
+def test_a_failed_read_before_any_side_effect_is_retried_without_counting_an_attempt(error):
+    client = Client(error)
+    events = []
+    controller = BindRequestController(client, Caches(), pipeline=None, metrics=BinderMetrics(),
+                                       record_event=lambda *args: events.append(args))
+    result = controller.reconcile("ns/p")
+    assert result.retry is True
+    assert client.writes == [] and events == []  # no Failed status, no failedAttempts += 1, no Warning
+
+
+class BindsButAnswersNo:
+    """A pipeline whose bind fails and whose rollback then finds the pod bound to `bound_to`."""
+
+    def __init__(self, bound_to):
+        self.bound_to = bound_to
+
+    def context(self, pod, node, bind_request):
+        from binder.plugins.base import BindContext
+
+        return BindContext(pod=pod, node=node, bind_request=bind_request, client=None)
+
+    def bind(self, ctx):
+        from binder.pipeline import BindFailure
+
+        raise BindFailure("binding", "failed to bind pod <ns/p> to node <n1>: the answer said no")
+
+    def rollback(self, ctx):
+        ctx.found_bound_to = self.bound_to
+        return []
+
+
+@pytest.mark.parametrize(("bound_to", "phase"), [("n1", names.PHASE_SUCCEEDED), ("n2", names.PHASE_FAILED)])
+def test_a_failed_bind_whose_rollback_finds_the_pod_bound_reports_what_is_true(bound_to, phase):
+    caches = Caches()
+    caches.pods = Store({"p": {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}})
+    caches.nodes = Store({"n1": {"metadata": {"name": "n1"}}})
+    caches.bindrequests.store_local = lambda obj: None
+    client = Client(AssertionError("no read expected"))
+    events = []
+    controller = BindRequestController(client, caches, pipeline=BindsButAnswersNo(bound_to), metrics=BinderMetrics(),
+                                       record_event=lambda *args: events.append(args))
+    controller.reconcile("ns/p")
+    status_writes = [body for path, body in client.writes if "bindrequests" in path]
+    assert status_writes and status_writes[0]["status"]["phase"] == phase
+    assert events[0][1] == ("Normal" if phase == names.PHASE_SUCCEEDED else "Warning")
