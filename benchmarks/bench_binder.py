@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path  # noqa: E402
 from common import names  # noqa: E402
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path  # noqa: E402
 from testbed.controlplane import ControlPlane  # noqa: E402
 from testbed.kube import api_client, apply_crds  # noqa: E402
 

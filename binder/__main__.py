@@ -17,12 +17,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
     from binder.app import BinderApp
-    from binder.kube.client import KubeClient
     from binder.plugins.registry import PluginConfigError
+    from common.kube.client import KubeClient
 
     try:
         client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
-                                            timeout=settings.client_timeout_s)
+                                            timeout=settings.client_timeout_s, user_agent="fracgpu-binder")
     except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
         print(f"fracgpu-binder: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
         return 1

@@ -17,15 +17,15 @@ from typing import Any
 from binder import status as st
 from binder.controller import BindRequestController
 from binder.events import EventRecorder
-from binder.kube.cache import Caches, EventHandlers, object_key, pod_gpu_group_index
-from binder.kube.client import KubeClient
-from binder.kube.workqueue import ExponentialBackoff, WorkQueue
 from binder.leader import LeaderElector
 from binder.metrics import BinderMetrics
 from binder.pipeline import Pipeline
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
 from common import names
+from common.kube.cache import Caches, EventHandlers, object_key, pod_gpu_group_index
+from common.kube.client import KubeClient
+from common.kube.workqueue import ExponentialBackoff, WorkQueue
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 
 log = logging.getLogger("binder")
@@ -66,7 +66,7 @@ class BinderApp:
         self.identity = settings.identity or default_identity()
         client.reserve_background_share(settings.report_qps_share)
         if settings.leader_elect:
-            # No write leaves this process without a valid lease (binder/kube/fencing.py).
+            # No write leaves this process without a valid lease (common/kube/fencing.py).
             client.guard.arm()
         self.caches = Caches.build(client, settings.watch_read_timeout_s)
         self.reservation = reservation or build_reservation(client, settings, self.caches)

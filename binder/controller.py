@@ -15,11 +15,11 @@ from typing import Any
 
 from binder import outcome
 from binder import status as st
-from binder.kube.cache import Caches
-from binder.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.reporter import BackgroundReporter
+from common.kube.cache import Caches
+from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 
 log = logging.getLogger("binder.controller")
 

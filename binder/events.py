@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, events_path
+from common.kube.client import ApiError, KubeClient, events_path
 
 log = logging.getLogger("binder.events")
 COMPONENT = "binder"

@@ -9,7 +9,7 @@ The renew deadline is enforced on every call, as client-go's `context.WithTimeou
 each lease request may take only the time left before the lease stops being surely ours, so a dead
 connection or a hung apiserver ends leadership on time, never a client timeout later. The lease is "surely
 ours" until the start of the last successful try plus the renew deadline; that moment also fences every
-write of the process (binder/kube/fencing.py). Nothing the lease client raises can kill the election
+write of the process (common/kube/fencing.py). Nothing the lease client raises can kill the election
 thread: any error is a failed try, and leadership that cannot be renewed in time is given up
 (`on_stopped`, after which the binder exits). `healthy()` is the liveness check (client-go's
 HealthzAdaptor): it fails when the thread died or a leader is past its renew deadline without noticing.
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient
-from binder.kube.fencing import WriteGuard
+from common.kube.client import ApiError, KubeClient
+from common.kube.fencing import WriteGuard
 
 log = logging.getLogger("binder.leader")
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from binder import status as st
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common import names
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 
 log = logging.getLogger("binder.controller")
 

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from binder import status as st
-from binder.kube.client import ApiError, KubeClient, pod_path
 from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
 from common import names
+from common.kube.client import ApiError, KubeClient, pod_path
 
 log = logging.getLogger("binder.pipeline")
 

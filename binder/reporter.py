@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from binder.kube.workqueue import ExponentialBackoff, WorkQueue
+from common.kube.workqueue import ExponentialBackoff, WorkQueue
 
 log = logging.getLogger("binder.reporter")
 

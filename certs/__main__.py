@@ -15,11 +15,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from binder.kube.client import KubeClient
 from certs.ensure import Target, ensure, verify
 from certs.kube import CertsApi, CertsApiError
 from certs.pki import generate_directory
 from certs.plan import Lifetimes
+from common.kube.client import KubeClient
 from common.logs import configure_logging
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -83,8 +83,7 @@ def _target(args: argparse.Namespace) -> Target:
 def _cluster_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_format)
     target = _target(args)
-    client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1)
-    client.session.headers["User-Agent"] = "fracgpu-certs"
+    client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
     api = CertsApi(client)
     try:
         if args.command == "ensure":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient
+from common.kube.client import ApiError, KubeClient
 
 MUTATING = "mutatingwebhookconfigurations"
 VALIDATING = "validatingwebhookconfigurations"

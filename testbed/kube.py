@@ -150,7 +150,7 @@ class BackgroundPoller:
         self._thread.join(5)
 
     def _run(self) -> None:
-        from binder.kube.client import ApiError
+        from common.kube.client import ApiError
 
         while not self._stop.is_set():
             try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from binder.kube.client import KubeClient
+    from common.kube.client import KubeClient
 
 # state[GPU_IDS]: list[str] — the GPU id reserved for each group of spec.selectedGPUGroups, in that order.
 # Written by the pipeline from ReservationService.reserve_gpu_device before PreBind; empty for Regular

@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, pod_path
 from binder.plugins import draclaims as dc
 from binder.plugins.base import BindContext, BindError
 from binder.plugins.k8swrapper import CycleState, Deadline, K8sPluginWrapper, retry_on_conflict
 from common import names
+from common.kube.client import ApiError, KubeClient, pod_path
 
 NAME = "dynamicresources"
 INNER_NAME = "DynamicResources"

@@ -13,13 +13,13 @@ import logging
 import math
 from typing import Any
 
-from binder.kube.client import ApiError, pod_path
 from binder.plugins.base import GPU_IDS, BindContext, BindError
 from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
 from common import names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.gpu_request import parse_go_float
+from common.kube.client import ApiError, pod_path
 
 NAME = "gpusharing"
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from binder.kube.client import ApiError
 from binder.plugins.base import BindContext, BindError
 from binder.plugins.gpusharing import is_fraction_bind
 from binder.plugins.sharedcm import set_configmap_keys
@@ -26,6 +25,7 @@ from common import names
 from common.configmaps import existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.gpu_request import parse_go_float
+from common.kube.client import ApiError
 
 NAME = "hamicore"
 EVENT_REASON = "GPUMemoryLimitNotSet"

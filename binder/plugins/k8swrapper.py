@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from binder.kube.client import ApiError
 from binder.plugins.base import BindContext, BindError
+from common.kube.client import ApiError
 
 log = logging.getLogger("binder.plugins.k8s")
 

@@ -11,7 +11,7 @@ from binder.plugins.base import BinderPlugin
 from binder.plugins.config import PluginConfigError, PluginsConfig, parse_plugins_flag
 
 if TYPE_CHECKING:
-    from binder.kube.client import KubeClient
+    from common.kube.client import KubeClient
 
 __all__ = ["PluginConfigError", "build_plugins", "parse_plugins_flag", "BUILDERS"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from binder.kube.client import ApiError, configmap_path
+from common.kube.client import ApiError, configmap_path
 
 if TYPE_CHECKING:
-    from binder.kube.client import KubeClient
+    from common.kube.client import KubeClient
 
 DataFn = Callable[[dict[str, str]], dict[str, str]]
 

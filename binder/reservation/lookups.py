@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from binder.kube.client import bindrequest_path, pod_path
 from binder.reservation.groups import has_group_label, labels_of, multi_group_label
 from common import names
+from common.kube.client import bindrequest_path, pod_path
 
 if TYPE_CHECKING:
-    from binder.kube.cache import Caches
-    from binder.kube.client import KubeClient
+    from common.kube.cache import Caches
+    from common.kube.client import KubeClient
 
 Obj = dict[str, Any]
 
@@ -71,18 +71,18 @@ class ApiReads:
 
 
 class CacheReads:
-    """Reads from part A's informers (binder/kube/cache.py), through their node / gpu-group indexes."""
+    """Reads from part A's informers (common/kube/cache.py), through their node / gpu-group indexes."""
 
     def __init__(self, caches: Caches) -> None:
         self.caches = caches
 
     def pods_of_group(self, group: str) -> list[Obj]:
-        from binder.kube.cache import INDEX_GPU_GROUP
+        from common.kube.cache import INDEX_GPU_GROUP
 
         return [pod for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group) if belongs_to_group(pod, group)]
 
     def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
-        from binder.kube.cache import INDEX_NODE
+        from common.kube.cache import INDEX_NODE
 
         return [pod for pod in self.caches.pods.by_index(INDEX_NODE, node_name) if has_group_label(pod)]
 
@@ -93,6 +93,6 @@ class CacheReads:
         return self.caches.pods.list(namespace)
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
-        from binder.kube.cache import INDEX_GPU_GROUP
+        from common.kube.cache import INDEX_GPU_GROUP
 
         return self.caches.bindrequests.by_index(INDEX_GPU_GROUP, group)

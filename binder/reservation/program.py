@@ -21,8 +21,8 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from binder.kube.client import ApiError, KubeClient, pod_path
 from common import names
+from common.kube.client import ApiError, KubeClient, pod_path
 from common.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     stop_on_signals(stop)
     try:
-        client = KubeClient.from_kubeconfig(args.kubeconfig)
+        client = KubeClient.from_kubeconfig(args.kubeconfig, user_agent="fracgpu-resource-reservation")
         report_gpu(client, dict(os.environ), is_fake_gpu(args.fake_gpu, dict(os.environ)))
     except Exception as error:  # noqa: BLE001 - every failure ends the same way; the kubelet restarts us
         print(f"Error while running the app: {error}", flush=True)

@@ -18,7 +18,6 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from binder.kube.client import ApiError, pod_path
 from binder.reservation import gc
 from binder.reservation.groups import (
     MultiFractionError,
@@ -32,9 +31,10 @@ from binder.reservation.lookups import ApiReads, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
 from common import names
+from common.kube.client import ApiError, pod_path
 
 if TYPE_CHECKING:
-    from binder.kube.client import KubeClient
+    from common.kube.client import KubeClient
 
 log = logging.getLogger("binder.reservation")
 Obj = dict[str, Any]

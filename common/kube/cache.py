@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from binder.kube.client import ApiError, KubeClient, WatchIdle
 from common import names
+from common.kube.client import ApiError, KubeClient, WatchIdle
 
-log = logging.getLogger("binder.cache")
+log = logging.getLogger("kube.cache")
 
 Indexer = Callable[[dict], Iterable[str]]
 Handler = Callable[..., None]
@@ -364,7 +364,7 @@ class Caches:
 
     @classmethod
     def build(cls, client: KubeClient, read_timeout_s: float = 90.0) -> Caches:
-        from binder.kube.client import bindrequest_path
+        from common.kube.client import bindrequest_path
 
         return cls(
             pods=Informer(client, "/api/v1/pods", "pods", slim=slim_pod, indexers={

@@ -1,7 +1,7 @@
 """A small, memory-lean Kubernetes API client: raw paths in, plain dicts out.
 
 Every call, watches included, first takes a token from one client-side bucket (`--qps` / `--burst`),
-so the whole binder process stays within the rate it was given, as client-go's rest client does.
+so the whole process stays within the rate it was given, as client-go's rest client does.
 Authentication and TLS come from a kubeconfig or the in-cluster service account, loaded with the
 `kubernetes` package's config loaders; the requests themselves go through one pooled `requests.Session`.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 import requests
 
-from binder.kube import retry
-from binder.kube.fencing import WRITE_METHODS, WriteGuard
-from binder.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
-from binder.kube.tokenbucket import TokenBucket
-from binder.kube.transport import KeepAliveAdapter
+from common.kube import retry
+from common.kube.fencing import WRITE_METHODS, WriteGuard
+from common.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
+from common.kube.tokenbucket import TokenBucket
+from common.kube.transport import KeepAliveAdapter
 
 __all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError", "WatchIdle",
            "bindrequest_path", "configmap_path", "events_path", "node_path", "pod_path"]
@@ -135,7 +135,8 @@ class KubeClient:
     def __init__(self, host: str, *, token: str | None = None, ca_file: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, verify: bool = True,
                  qps: float = 50.0, burst: int = 300, pool_size: int = 64,
-                 token_source: Callable[[], str | None] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 token_source: Callable[[], str | None] | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 user_agent: str = "fracgpu") -> None:
         self.host = host.rstrip("/")
         self.timeout = float(timeout)
         self.bucket = TokenBucket(qps, burst)
@@ -150,14 +151,14 @@ class KubeClient:
         if cert_file:
             self.session.cert = (cert_file, key_file) if key_file else cert_file
         self.session.headers["Accept"] = "application/json"
-        self.session.headers["User-Agent"] = "fracgpu-binder"
+        self.session.headers["User-Agent"] = user_agent  # names the program in audit logs
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
         self._reserved: TokenBucket | None = None
-        # Retries within one call (binder/kube/retry.py); the lease view has none: it has a deadline.
+        # Retries within one call (common/kube/retry.py); the lease view has none: it has a deadline.
         self.max_retries = retry.MAX_RETRIES
-        # Fencing of writes on the leader lease (binder/kube/fencing.py); shared by every view.
+        # Fencing of writes on the leader lease (common/kube/fencing.py); shared by every view.
         self.guard = WriteGuard()
 
     def for_lease(self, qps: float = 5.0, burst: int = 10) -> KubeClient:
@@ -199,7 +200,7 @@ class KubeClient:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
-                        timeout: float = DEFAULT_TIMEOUT) -> KubeClient:
+                        timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu") -> KubeClient:
         """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
         from kubernetes import client as k8s_client
         from kubernetes import config as k8s_config
@@ -231,6 +232,7 @@ class KubeClient:
             burst=burst,
             token_source=token_source,
             timeout=timeout,
+            user_agent=user_agent,
         )
 
     # ------------------------------------------------------------------ core
@@ -274,7 +276,7 @@ class KubeClient:
                 content_type: str = "application/json", timeout: float | None = None) -> dict | None:
         """Send one request; return the decoded JSON answer (None for an empty body); raise ApiError.
 
-        Retries what binder/kube/retry.py says the server or the connection allows, up to `max_retries`.
+        Retries what common/kube/retry.py says the server or the connection allows, up to `max_retries`.
         """
         attempt = 0
         while True:

@@ -1,4 +1,4 @@
-"""API request paths of the objects the binder reads and writes."""
+"""API request paths of the objects fracgpu's programs read and write."""
 
 from __future__ import annotations
 

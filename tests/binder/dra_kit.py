@@ -6,10 +6,10 @@ import copy
 import uuid
 from typing import Any
 
-from binder.kube.client import KubeClient, pod_path
 from binder.plugins.base import BindContext
 from binder.plugins.dynamicresources import claims_path
 from common import names
+from common.kube.client import KubeClient, pod_path
 
 DRIVER = "gpu.example.com"
 EXTENDED_RESOURCE = "example.com/gpu"

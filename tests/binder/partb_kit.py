@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from binder.plugins.base import GPU_IDS, BindContext
 from common import names
+from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from testbed.kube import BackgroundPoller, wait_for  # noqa: F401 - wait_for re-exported for the tests
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from binder.controller import BindRequestController
-from binder.kube.client import ApiError, TransportError
 from binder.metrics import BinderMetrics
 from common import names
+from common.kube.client import ApiError, TransportError
 
 BR = {"metadata": {"namespace": "ns", "name": "p", "uid": "u1", "resourceVersion": "1"},
       "spec": {"podName": "p", "selectedNode": "n1", "receivedResourceType": names.RECEIVED_TYPE_REGULAR}}

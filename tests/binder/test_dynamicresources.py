@@ -20,10 +20,10 @@ from dra_kit import (
     pod_ref,
 )
 
-from binder.kube.client import KubeClient, pod_path
 from binder.plugins.base import BindError
 from binder.plugins.dynamicresources import DynamicResourcesPlugin, claims_path
 from common import names
+from common.kube.client import KubeClient, pod_path
 from testbed.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver

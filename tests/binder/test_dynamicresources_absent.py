@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 from dra_kit import allocation, make_pod, new_namespace
 
-from binder.kube.client import KubeClient, pod_path
 from binder.pipeline import Pipeline
 from binder.plugins.registry import build_plugins
 from common import names
+from common.kube.client import KubeClient, pod_path
 from testbed.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver

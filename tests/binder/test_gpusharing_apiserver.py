@@ -6,10 +6,10 @@ import pytest
 from partb_kit import create_pod, fraction_context, fraction_pod_body, get_configmap
 from prometheus_client import CollectorRegistry
 
-from binder.kube.client import configmap_path, pod_path
 from binder.plugins.base import BindError
 from binder.plugins.gpusharing import GpuSharingPlugin
 from binder.plugins.hamicore import HamiCorePlugin
+from common.kube.client import configmap_path, pod_path
 
 pytestmark = pytest.mark.apiserver
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from binder.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
-from binder.kube.client import ApiError, TokenBucket, TransportError
-from binder.kube.workqueue import ExponentialBackoff, WorkQueue
+from common.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
+from common.kube.client import ApiError, TokenBucket, TransportError
+from common.kube.workqueue import ExponentialBackoff, WorkQueue
 
 
 class Clock:
@@ -117,7 +117,7 @@ def test_informer_relists_on_gone_and_reports_deletes_it_missed():
          {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
          {"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
     ]), "/api/v1/pods", "pods", slim=slim_pod, indexers={"node": pod_node_index, "group": pod_gpu_group_index})
-    from binder.kube.cache import EventHandlers
+    from common.kube.cache import EventHandlers
 
     informer.add_handlers(EventHandlers(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
                                         on_update=lambda o, n: events.append(("update", n["metadata"]["name"])),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
-from binder.kube.client import ApiError, FencedError, KubeClient
-from binder.kube.fencing import WriteGuard
 from binder.leader import LeaderElector
+from common.kube.client import ApiError, FencedError, KubeClient
+from common.kube.fencing import WriteGuard
 
 LEASE, RENEW, RETRY = 3.0, 1.0, 0.1
 

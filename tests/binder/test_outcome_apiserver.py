@@ -8,7 +8,7 @@ from partb_kit import bind_request, plain_pod
 
 from binder import outcome
 from binder import status as st
-from binder.kube.client import bindrequest_path, pod_path
+from common.kube.client import bindrequest_path, pod_path
 
 pytestmark = pytest.mark.apiserver
 

@@ -17,13 +17,13 @@ from dra_kit import make_claim as make_resource_claim
 from partb_kit import fraction_pod_body, get_configmap
 from volume_kit import PvController, make_claim, make_class
 
-from binder.kube.client import KubeClient, pod_path
 from binder.pipeline import Pipeline
 from binder.plugins.base import BindContext
 from binder.plugins.dynamicresources import claims_path
 from binder.plugins.registry import build_plugins
 from binder.plugins.volumes.apply import claim_path
 from common import names
+from common.kube.client import KubeClient, pod_path
 
 pytestmark = pytest.mark.apiserver
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from binder.kube.client import ApiError
 from binder.plugins.base import BindContext, BindError
 from binder.plugins.k8swrapper import STATE_MAX_AGE_SECONDS, K8sPluginWrapper, retry_on_conflict
+from common.kube.client import ApiError
 
 
 class Inner:

@@ -3,8 +3,8 @@
 import threading
 import time
 
-from binder.kube.client import KubeClient
 from binder.reporter import BackgroundReporter
+from common.kube.client import KubeClient
 
 
 def test_every_report_is_written_even_after_a_failing_one():

@@ -7,11 +7,11 @@ import logging
 import pytest
 from partb_kit import Annotator, bind_request, create_pod, fraction_pod_body, get_pod, plain_pod, set_phase
 
-from binder.kube.client import pod_path
 from binder.reservation.groups import reservation_pod_name
 from binder.reservation.service import ReservationError, ReservationService
 from binder.reservation.settings import ReservationSettings
 from common import names
+from common.kube.client import pod_path
 
 pytestmark = pytest.mark.apiserver
 
@@ -225,7 +225,7 @@ def test_sync_all_collects_every_group_and_never_raises(api, namespace, rsv_name
 
 
 def test_sync_all_survives_an_unreachable_api_server(rsv_namespace, caplog):
-    from binder.kube.client import KubeClient
+    from common.kube.client import KubeClient
 
     dead = KubeClient("https://127.0.0.1:1", verify=False, qps=0)
     ReservationService(dead, ReservationSettings(namespace=rsv_namespace)).sync_all()  # logs, does not raise

@@ -18,11 +18,11 @@ from volume_kit import (
     node,
 )
 
-from binder.kube.client import KubeClient
 from binder.plugins.base import BindError
 from binder.plugins.volumebinding import VolumeBindingPlugin
 from binder.plugins.volumes.apply import claim_path, pv_path
 from common import names
+from common.kube.client import KubeClient
 
 pytestmark = pytest.mark.apiserver
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient
 from binder.plugins.base import BindContext
 from binder.plugins.volumes.apply import claim_path, pv_path
 from common import names
+from common.kube.client import ApiError, KubeClient
 from testbed.kube import BackgroundPoller
 
 PROVISIONER = "example.com/fake-provisioner"

@@ -6,10 +6,10 @@ import logging
 import math
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, TransportError
 from binder.plugins.k8swrapper import Deadline, retry_on_conflict
 from binder.plugins.volumes import plan as vp
 from common import names
+from common.kube.client import ApiError, KubeClient, TransportError
 
 log = logging.getLogger("binder.plugins.volumebinding")
 

@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from common import names
+from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,8 +15,8 @@ import pytest
 from binder_e2e_kit import NodePlayer
 
 from binder.app import BinderApp
-from binder.kube.client import KubeClient
 from binder.settings import parse_settings
+from common.kube.client import KubeClient
 from testbed.faultproxy import HttpFaultProxy
 
 

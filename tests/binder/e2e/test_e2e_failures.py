@@ -13,8 +13,8 @@ from binder_e2e_kit import (
     wait_phase,
 )
 
-from binder.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common import names
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 
 pytestmark = pytest.mark.apiserver
 

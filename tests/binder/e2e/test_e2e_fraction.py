@@ -16,8 +16,8 @@ from binder_e2e_kit import (
     wait_phase,
 )
 
-from binder.kube.client import KubeClient, TransportError, bindrequest_path, pod_path
 from common import names
+from common.kube.client import KubeClient, TransportError, bindrequest_path, pod_path
 
 pytestmark = pytest.mark.apiserver
 

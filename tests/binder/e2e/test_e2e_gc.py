@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from binder_e2e_kit import exists, make_bind_request, make_pod, pod_condition, reservation_name, wait_for, wait_phase
 
-from binder.kube.client import KubeClient, pod_path
 from common import names
+from common.kube.client import KubeClient, pod_path
 from testbed.kube import set_pod_running
 
 pytestmark = pytest.mark.apiserver

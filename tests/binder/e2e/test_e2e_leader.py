@@ -10,9 +10,9 @@ import pytest
 import requests
 from binder_e2e_kit import events_for, make_bind_request, make_pod, run_binder_process, wait_for, wait_phase
 
-from binder.kube.client import ApiError
 from binder.leader import lease_path
 from common import names
+from common.kube.client import ApiError
 
 pytestmark = pytest.mark.apiserver
 LEASE = "2ad35f9c.kai.scheduler"

@@ -7,8 +7,8 @@ import threading
 import pytest
 from binder_e2e_kit import make_bind_request, make_pod, wait_for, wait_phase
 
-from binder.kube.client import ApiError, bindrequest_path, pod_path
 from common import names
+from common.kube.client import ApiError, bindrequest_path, pod_path
 
 pytestmark = pytest.mark.apiserver
 

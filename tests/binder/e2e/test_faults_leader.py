@@ -14,7 +14,7 @@ import pytest
 import requests
 from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for
 
-from binder.kube.client import pod_path
+from common.kube.client import pod_path
 
 pytestmark = pytest.mark.apiserver
 

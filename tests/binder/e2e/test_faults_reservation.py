@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for, wait_phase
 
-from binder.kube.client import pod_path
 from common import names
+from common.kube.client import pod_path
 
 pytestmark = pytest.mark.apiserver
 

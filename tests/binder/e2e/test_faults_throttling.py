@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from binder.kube.client import ApiError, KubeClient, configmap_path
+from common.kube.client import ApiError, KubeClient, configmap_path
 
 pytestmark = pytest.mark.apiserver
 
