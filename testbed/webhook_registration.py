@@ -16,6 +16,8 @@ from typing import Any
 import requests
 import yaml
 
+from common import names
+
 WEBHOOKS_MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "admission" / "webhooks.yaml"
 _COLLECTIONS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
@@ -24,8 +26,10 @@ _COLLECTIONS = {
 
 
 def local_webhook_configurations(base_url: str, ca_pem: bytes, name_suffix: str = "",
-                                  namespace_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The shipped configurations, calling `base_url` instead of the in-cluster Service."""
+                                  namespace_labels: dict[str, str] | None = None,
+                                  scheduler_name: str | None = None) -> list[dict[str, Any]]:
+    """The shipped configurations, calling `base_url` instead of the in-cluster Service; with
+    `scheduler_name`, matching that scheduler's pods instead of the KAI scheduler's."""
     documents = [doc for doc in yaml.safe_load_all(WEBHOOKS_MANIFEST.read_text()) if doc]
     configured = []
     for document in documents:
@@ -37,6 +41,10 @@ def local_webhook_configurations(base_url: str, ca_pem: bytes, name_suffix: str 
                                        "caBundle": base64.b64encode(ca_pem).decode()}
             if namespace_labels:
                 webhook["namespaceSelector"]["matchLabels"] = dict(namespace_labels)
+            if scheduler_name:
+                for condition in webhook.get("matchConditions") or []:
+                    condition["expression"] = condition["expression"].replace(
+                        f"'{names.DEFAULT_SCHEDULER_NAME}'", f"'{scheduler_name}'")
         configured.append(document)
     return configured
 

@@ -288,7 +288,7 @@ class Informer:
 
 
 # ---------------------------------------------------------------------- slimming and indexes
-def _slim_meta(meta: dict) -> dict:
+def slim_meta(meta: dict) -> dict:
     meta = dict(meta)
     meta.pop("managedFields", None)
     annotations = meta.get("annotations")
@@ -309,19 +309,19 @@ def slim_pod(pod: dict) -> dict:
     for key in POD_STATUS_FIELDS_READ:
         if status.get(key):
             slim_status[key] = status[key]
-    return {"metadata": _slim_meta(pod.get("metadata") or {}), "spec": pod.get("spec") or {},
+    return {"metadata": slim_meta(pod.get("metadata") or {}), "spec": pod.get("spec") or {},
             "status": slim_status}
 
 
 def slim_node(node: dict) -> dict:
     """Nodes: name, uid, labels, annotations; no images, no status (the binder never reads them)."""
-    meta = _slim_meta(node.get("metadata") or {})
+    meta = slim_meta(node.get("metadata") or {})
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
 
 
 def slim_generic(obj: dict) -> dict:
     out = dict(obj)
-    out["metadata"] = _slim_meta(obj.get("metadata") or {})
+    out["metadata"] = slim_meta(obj.get("metadata") or {})
     return out
 
 

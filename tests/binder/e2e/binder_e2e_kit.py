@@ -6,60 +6,16 @@ import hashlib
 import os
 import subprocess
 import sys
-import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
+from testbed.nodeplayer import NodePlayer  # noqa: F401 - re-exported for the e2e tests
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
-
-
-class NodePlayer:
-    """Plays the node for reservation pods: GPU UUID annotation (as the reservation program writes it)
-    and phase Running (as the kubelet would). `paused` makes it ignore new pods."""
-
-    def __init__(self, client: KubeClient, namespace: str) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.paused = False
-        self.uuids: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def uuid_for(self, pod_name: str) -> str:
-        return self.uuids.setdefault(pod_name, f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, pod_name)}")
-
-    def _serve(self, pod: dict) -> None:
-        meta = pod["metadata"]
-        if (meta.get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) or meta.get("deletionTimestamp"):
-            return
-        try:
-            self.client.patch(pod_path(self.namespace, meta["name"]),
-                              {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: self.uuid_for(meta["name"])}}})
-            self.client.patch(pod_path(self.namespace, meta["name"], "status"), {"status": {"phase": "Running"}})
-        except ApiError:
-            pass
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for pod in self.client.get(pod_path(self.namespace)).get("items") or []:
-                    if not self.paused:
-                        self._serve(pod)
-            except ApiError:
-                pass
-            self._stop.wait(0.05)
 
 
 # ---------------------------------------------------------------------- object builders

@@ -1,0 +1,49 @@
+"""`python -m extender` / `fracgpu-extender`: flags → client → application; SIGTERM stops it."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from common.logs import configure_logging
+from extender.settings import parse_settings
+
+log = logging.getLogger("extender")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    configure_logging(settings.log_format, settings.log_level)
+    from common.kube.client import KubeClient
+    from extender.app import ExtenderApp
+
+    try:
+        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
+                                            user_agent="fracgpu-extender")
+    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
+        print(f"fracgpu-extender: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
+        return 1
+    try:
+        app = ExtenderApp(settings, client)
+    except OSError as error:
+        print(f"fracgpu-extender: cannot listen on {settings.bind_address}: {error}", file=sys.stderr)
+        return 1
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        app.stopped.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    app.start()
+    while not app.stopped.wait(1.0):
+        pass
+    app.stop()
+    log.info("extender stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

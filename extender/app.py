@@ -1,0 +1,125 @@
+"""Wiring of the extender: informers → ledger, verbs → HTTP server, probes and metrics.
+
+Everything it knows comes from three informers (pods, nodes, BindRequests), so a restart loses nothing;
+the ledger adds only the decisions whose BindRequests the informers have not delivered yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta, slim_pod
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common.probes import HttpEndpoint, health_routes, metrics_routes
+from extender.bind import ApiBindRequests, Waiters
+from extender.ledger import Ledger
+from extender.server import ExtenderMetrics, ExtenderServer
+from extender.settings import Settings
+from extender.verbs import Verbs
+
+log = logging.getLogger("extender")
+
+_EXPIRE_EVERY_S = 30.0
+
+
+def slim_gpu_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Nodes as the ledger reads them: name, labels (GPU memory) and allocatable GPUs."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {"metadata": slim_meta(node.get("metadata") or {}), "status": {"allocatable": dict(allocatable)}}
+
+
+class ExtenderApp:
+    def __init__(self, settings: Settings, client: KubeClient) -> None:
+        self.settings = settings
+        self.client = client
+        self.ledger = Ledger(settings.reservation_namespace)
+        self.waiters = Waiters()
+        self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+        self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
+        self.bind_requests = Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic)
+        self._watch_into_ledger()
+        self.registry = CollectorRegistry()
+        self.metrics = ExtenderMetrics(self.registry)
+        binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
+        self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s)
+        self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
+        self.endpoints: list[HttpEndpoint] = []
+        self.stopped = threading.Event()
+
+    def _watch_into_ledger(self) -> None:
+        ledger, waiters = self.ledger, self.waiters
+
+        def pod_changed(pod: dict[str, Any]) -> None:
+            ledger.upsert_pod(pod)
+            waiters.notify(object_key(pod))
+
+        def pod_gone(pod: dict[str, Any]) -> None:
+            ledger.delete_pod(pod)
+            waiters.notify(object_key(pod))
+
+        def bind_request_changed(bind_request: dict[str, Any]) -> None:
+            ledger.upsert_bind_request(bind_request)
+            meta = bind_request.get("metadata") or {}
+            waiters.notify(f"{meta.get('namespace')}/{(bind_request.get('spec') or {}).get('podName')}")
+
+        def bind_request_gone(bind_request: dict[str, Any]) -> None:
+            ledger.delete_bind_request(bind_request)
+
+        self.pods.add_handlers(EventHandlers(pod_changed, lambda _old, new: pod_changed(new), pod_gone))
+        self.nodes.add_handlers(EventHandlers(ledger.upsert_node, lambda _old, new: ledger.upsert_node(new),
+                                              ledger.delete_node))
+        self.bind_requests.add_handlers(EventHandlers(bind_request_changed,
+                                                      lambda _old, new: bind_request_changed(new),
+                                                      bind_request_gone))
+
+    def find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod from the cache; just created pods may not be there yet, so ask the API server then."""
+        pod = self.pods.get(namespace, name)
+        if pod is not None:
+            return pod
+        try:
+            return self.client.get(pod_path(namespace, name))
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = [informer.name for informer in (self.pods, self.nodes, self.bind_requests) if not informer.synced]
+        return (False, "caches not synced: " + ", ".join(waiting)) if waiting else (True, "ok")
+
+    def start(self) -> None:
+        for address, routes, name in (
+                (self.settings.health_address, health_routes(self.ready), "extender-health"),
+                (self.settings.metrics_address, metrics_routes(lambda: generate_latest(self.registry)),
+                 "extender-metrics")):
+            if address:
+                endpoint = HttpEndpoint(address, routes, name)
+                endpoint.start()
+                self.endpoints.append(endpoint)
+        for informer in (self.pods, self.nodes, self.bind_requests):
+            informer.start()
+        self.server.start()
+        threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
+        log.info("extender serving", extra={"fields": {
+            "bind_address": f"{self.settings.bind_address[0]}:{self.server.port}",
+            "policy": self.settings.policy.value, "bind_timeout_s": self.settings.bind_timeout_s}})
+
+    def _expire_pending(self) -> None:
+        while not self.stopped.wait(_EXPIRE_EVERY_S):
+            expired = self.ledger.expire_pending()
+            if expired:
+                log.warning("decisions whose BindRequest never appeared were dropped",
+                            extra={"fields": {"count": expired}})
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.server.stop()
+        for informer in (self.pods, self.nodes, self.bind_requests):
+            informer.stop()
+        for endpoint in self.endpoints:
+            endpoint.stop()

@@ -1,0 +1,140 @@
+"""The extender's bind on the API server: write the BindRequest, wait for the binder's verdict, clean up.
+
+The wait watches the extender's own informers (no polling of the API server): the pod seen bound ends it
+with success; the BindRequest seen `Failed` for good (as the scheduler reads it) ends it with the binder's
+reason. At the deadline one read of the pod decides. A BindRequest left behind by a pod of the same name
+that was replaced, or by an earlier attempt that failed, is deleted (uid precondition) and written anew.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from common import names
+from common.kube.cache import Informer
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from extender.verbs import BindOutcome
+
+log = logging.getLogger("extender.bind")
+
+
+class Waiters:
+    """One event per pod a bind waits on, set by the informer handlers when the pod or its BindRequest changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[str, threading.Event] = {}
+
+    def register(self, key: str) -> threading.Event:
+        with self._lock:
+            return self._events.setdefault(key, threading.Event())
+
+    def unregister(self, key: str) -> None:
+        with self._lock:
+            self._events.pop(key, None)
+
+    def notify(self, key: str) -> None:
+        with self._lock:
+            event = self._events.get(key)
+        if event is not None:
+            event.set()
+
+
+def _meta(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def owner_pod_uid(bind_request: dict[str, Any]) -> str:
+    for owner in _meta(bind_request).get("ownerReferences") or []:
+        if owner.get("kind") == "Pod":
+            return str(owner.get("uid") or "")
+    return ""
+
+
+def failed_for_good(bind_request: dict[str, Any]) -> bool:
+    status = bind_request.get("status") or {}
+    if status.get("phase") != names.PHASE_FAILED:
+        return False
+    limit = (bind_request.get("spec") or {}).get("backoffLimit")
+    return limit is None or int(status.get("failedAttempts") or 0) >= int(limit)
+
+
+class ApiBindRequests:
+    def __init__(self, client: KubeClient, pods: Informer, bind_requests: Informer, waiters: Waiters) -> None:
+        self.client = client
+        self.pods = pods
+        self.bind_requests = bind_requests
+        self.waiters = waiters
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        namespace, name = _meta(manifest)["namespace"], _meta(manifest)["name"]
+        try:
+            return self.client.create(bindrequest_path(namespace), manifest) or manifest
+        except ApiError as error:
+            if not error.already_exists:
+                raise
+        existing = self.client.get(bindrequest_path(namespace, name))
+        same_pod = owner_pod_uid(existing) == owner_pod_uid(manifest)
+        if same_pod and not failed_for_good(existing) and existing.get("spec") == manifest.get("spec"):
+            return existing  # our own earlier bind of this very decision: wait on it
+        log.info("replacing a stale BindRequest", extra={"pod": name, "namespace": namespace, "fields": {
+            "same_pod": same_pod, "phase": (existing.get("status") or {}).get("phase", "")}})
+        self.delete(existing)
+        return self.client.create(bindrequest_path(namespace), manifest) or manifest
+
+    def wait(self, bind_request: dict[str, Any], timeout_s: float) -> BindOutcome:
+        meta = _meta(bind_request)
+        namespace, name = meta["namespace"], (bind_request.get("spec") or {}).get("podName", meta["name"])
+        node = (bind_request.get("spec") or {}).get("selectedNode", "")
+        key = f"{namespace}/{name}"
+        changed = self.waiters.register(key)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                changed.clear()
+                outcome = self._verdict(self.pods.get(key), self.bind_requests.get(f"{namespace}/{meta['name']}"),
+                                        bind_request, node)
+                if outcome is not None:
+                    return outcome
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                changed.wait(min(remaining, 1.0))
+        finally:
+            self.waiters.unregister(key)
+        try:
+            pod = self.client.get(pod_path(namespace, name))
+        except ApiError as error:
+            return BindOutcome(False, f'pod "{key}" could not be read after the bind timeout: {error}')
+        outcome = self._verdict(pod, None, bind_request, node)
+        return outcome or BindOutcome(False, f'the binder did not bind pod "{key}" to node "{node}" within '
+                                             f"{timeout_s:g}s; the scheduler will try again")
+
+    @staticmethod
+    def _verdict(pod: dict[str, Any] | None, current: dict[str, Any] | None, ours: dict[str, Any],
+                 node: str) -> BindOutcome | None:
+        pod_uid = owner_pod_uid(ours)
+        if pod is not None and (not pod_uid or _meta(pod).get("uid") == pod_uid):
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to == node:
+                return BindOutcome(True)
+            if bound_to:
+                return BindOutcome(False, f'pod is bound to node "{bound_to}", not "{node}"')
+        if current is not None and _meta(current).get("uid") == _meta(ours).get("uid") and failed_for_good(current):
+            reason = (current.get("status") or {}).get("reason") or "the binder gave no reason"
+            return BindOutcome(False, f"binder: {reason}")
+        return None
+
+    def delete(self, bind_request: dict[str, Any]) -> None:
+        meta = _meta(bind_request)
+        try:
+            self.client.delete(bindrequest_path(meta["namespace"], meta["name"]),
+                               body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                     "preconditions": {"uid": meta.get("uid")}} if meta.get("uid") else None)
+        except ApiError as error:
+            if not (error.not_found or error.status == 409):
+                log.warning("cannot delete a failed BindRequest", extra={
+                    "pod": meta.get("name"), "namespace": meta.get("namespace"), "fields": {"error": str(error)}})

@@ -1,0 +1,91 @@
+"""Pods created by a user, placed by the stock kube-scheduler through our extender, bound by our binder."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from common import names
+from common.kube.client import ApiError, configmap_path, pod_path
+from testbed.kube import wait_for
+
+pytestmark = pytest.mark.apiserver
+
+
+def create(bed, name, annotations=None):
+    deadline = time.monotonic() + 30
+    while True:  # the apiserver picks the webhook registration up asynchronously
+        pod = bed.kube.create(pod_path(bed.namespace), bed.pod(name, annotations))
+        if names.SHARED_GPU_CONFIGMAP in (pod["metadata"].get("annotations") or {}) or not annotations:
+            return pod
+        bed.kube.delete(pod_path(bed.namespace, name), params={"gracePeriodSeconds": "0"})
+        wait_for("pod deleted", lambda: not _exists(bed, name))
+        assert time.monotonic() < deadline, "webhook never mutated the pod"
+        time.sleep(0.3)
+
+
+def _exists(bed, name):
+    try:
+        bed.kube.get(pod_path(bed.namespace, name))
+        return True
+    except ApiError as error:
+        assert error.not_found
+        return False
+
+
+def bound(bed, name, timeout=60.0):
+    return wait_for(f"pod {name} bound", lambda: bed.kube.get(pod_path(bed.namespace, name))["spec"].get("nodeName")
+                    and bed.kube.get(pod_path(bed.namespace, name)), timeout=timeout)
+
+
+def visible_devices(bed, pod):
+    prefix = pod["metadata"]["annotations"][names.SHARED_GPU_CONFIGMAP]
+    config = bed.kube.get(configmap_path(bed.namespace, f"{prefix}-0"))["data"]
+    return config[names.NVIDIA_VISIBLE_DEVICES], config[names.GPU_PORTION]
+
+
+def reservation_gpu_ids(bed, node):
+    pods = bed.kube.get(pod_path(bed.reservation_namespace))["items"]
+    return {pod["metadata"]["labels"][names.GPU_GROUP_LABEL]: pod["metadata"]["annotations"].get(
+        names.RESERVE_FOR_GPU_INDEX) for pod in pods if pod["spec"].get("nodeName") == node}
+
+
+def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_configmaps(stock_bed):
+    bed = stock_bed
+    node = bed.add_node(gpus=3, gpu_memory_mib=40960)
+    create(bed, "half-a", {"gpu-fraction": "0.5"})
+    create(bed, "half-b", {"gpu-fraction": "0.5"})
+    create(bed, "memory", {"gpu-memory": "10240"})
+    create(bed, "multi", {"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"})
+    pods = {name: bound(bed, name) for name in ("half-a", "half-b", "memory", "multi")}
+    assert {pod["spec"]["nodeName"] for pod in pods.values()} == {node}
+    gpu_ids = reservation_gpu_ids(bed, node)
+    groups = {name: pod["metadata"]["labels"].get(names.GPU_GROUP_LABEL) for name, pod in pods.items()}
+    assert groups["half-a"] == groups["half-b"]  # binpack: two halves share one GPU
+    for name in ("half-a", "half-b", "memory"):
+        devices, portion = wait_for(f"{name} ConfigMap filled", lambda n=name: visible_devices(bed, pods[n]))
+        assert devices == gpu_ids[groups[name]]
+    assert visible_devices(bed, pods["memory"])[1] == "0.25"
+    multi_groups = [value for key, value in pods["multi"]["metadata"]["labels"].items()
+                    if key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)]
+    assert len(set(multi_groups)) == 2
+    assert len(gpu_ids) <= 3
+
+
+def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stock_bed):
+    bed = stock_bed
+    bed.add_node(gpus=1)
+    create(bed, "big", {"gpu-fraction": "0.75"})
+    bound(bed, "big")
+    create(bed, "no-room", {"gpu-fraction": "0.5"})
+
+    def failed_scheduling():
+        events = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events",
+                              params={"fieldSelector": "involvedObject.name=no-room"})["items"]
+        return [event["message"] for event in events if event.get("reason") == "FailedScheduling"]
+
+    messages = wait_for("FailedScheduling event", failed_scheduling, timeout=60)
+    assert any("1 GPUs, none free; largest free share 0.25 < 0.50 requested" in message for message in messages), \
+        messages
+    assert not bed.kube.get(pod_path(bed.namespace, "no-room"))["spec"].get("nodeName")
