@@ -8,6 +8,7 @@ with a label that the test's pods select, so the scheduler never sees another te
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from common.kube.client import KubeClient
-from testbed.kube import apply_crds, create_gpu_node, create_namespace, delete_namespace, delete_node
+from common import names
+from common.kube.client import ApiError, KubeClient, pod_path
+from testbed.kube import apply_crds, create_gpu_node, create_namespace, delete_namespace, delete_node, wait_for
 from testbed.nodeplayer import NodePlayer
 from testbed.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
 from testbed.webhook import AdmissionProcess
@@ -44,6 +46,26 @@ class StockBed:
         create_gpu_node(self.kube_admin, name, gpus=gpus, gpu_memory_mib=gpu_memory_mib, labels=self.node_label)
         self.nodes.append(name)
         return name
+
+    def create(self, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        """Create a pod; until the apiserver has picked up the webhook registration, delete and retry."""
+        deadline = time.monotonic() + 30
+        while True:
+            pod = self.kube.create(pod_path(self.namespace), self.pod(name, annotations))
+            if names.SHARED_GPU_CONFIGMAP in (pod["metadata"].get("annotations") or {}) or not annotations:
+                return pod
+            self.kube.delete(pod_path(self.namespace, name), params={"gracePeriodSeconds": "0"})
+            wait_for("pod deleted", lambda: not self._exists(name))
+            assert time.monotonic() < deadline, "the webhook never mutated the pod"
+            time.sleep(0.3)
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.kube.get(pod_path(self.namespace, name))
+            return True
+        except ApiError as error:
+            assert error.not_found
+            return False
 
     def pod(self, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Pod",

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from common import names
-from common.kube.client import ApiError, configmap_path, pod_path
+from common.kube.client import configmap_path, pod_path
 from testbed.kube import wait_for
 
 pytestmark = pytest.mark.apiserver
-
-
-def create(bed, name, annotations=None):
-    deadline = time.monotonic() + 30
-    while True:  # the apiserver picks the webhook registration up asynchronously
-        pod = bed.kube.create(pod_path(bed.namespace), bed.pod(name, annotations))
-        if names.SHARED_GPU_CONFIGMAP in (pod["metadata"].get("annotations") or {}) or not annotations:
-            return pod
-        bed.kube.delete(pod_path(bed.namespace, name), params={"gracePeriodSeconds": "0"})
-        wait_for("pod deleted", lambda: not _exists(bed, name))
-        assert time.monotonic() < deadline, "webhook never mutated the pod"
-        time.sleep(0.3)
-
-
-def _exists(bed, name):
-    try:
-        bed.kube.get(pod_path(bed.namespace, name))
-        return True
-    except ApiError as error:
-        assert error.not_found
-        return False
 
 
 def bound(bed, name, timeout=60.0):
@@ -54,10 +31,10 @@ def reservation_gpu_ids(bed, node):
 def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_configmaps(stock_bed):
     bed = stock_bed
     node = bed.add_node(gpus=3, gpu_memory_mib=40960)
-    create(bed, "half-a", {"gpu-fraction": "0.5"})
-    create(bed, "half-b", {"gpu-fraction": "0.5"})
-    create(bed, "memory", {"gpu-memory": "10240"})
-    create(bed, "multi", {"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"})
+    bed.create("half-a", {"gpu-fraction": "0.5"})
+    bed.create("half-b", {"gpu-fraction": "0.5"})
+    bed.create("memory", {"gpu-memory": "10240"})
+    bed.create("multi", {"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"})
     pods = {name: bound(bed, name) for name in ("half-a", "half-b", "memory", "multi")}
     assert {pod["spec"]["nodeName"] for pod in pods.values()} == {node}
     gpu_ids = reservation_gpu_ids(bed, node)
@@ -76,9 +53,9 @@ def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_confi
 def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stock_bed):
     bed = stock_bed
     bed.add_node(gpus=1)
-    create(bed, "big", {"gpu-fraction": "0.75"})
+    bed.create("big", {"gpu-fraction": "0.75"})
     bound(bed, "big")
-    create(bed, "no-room", {"gpu-fraction": "0.5"})
+    bed.create("no-room", {"gpu-fraction": "0.5"})
 
     def failed_scheduling():
         events = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events",
