@@ -56,6 +56,8 @@ class _Child:
         raise NotImplementedError
 
     def start(self, timeout: float = 60.0) -> _Child:
+        if self.log_path.exists():  # a restart: keep what the previous run said
+            self.log_path.rename(self.log_path.with_suffix(f".{time.time_ns()}.log"))
         self.process = spawn(self.argv(), self.log_path, ROOT)
         session = requests.Session()
         session.trust_env = False

@@ -39,6 +39,7 @@ class StockBed:
     extender: ExtenderProcess
     scheduler: StockScheduler
     binder: BinderProcess
+    player: NodePlayer
     nodes: list[str] = field(default_factory=list)
 
     def add_node(self, gpus: int, gpu_memory_mib: int = 40960) -> str:
@@ -99,7 +100,7 @@ def stock_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
                            reservation_namespace, "--resource-reservation-allocation-timeout", "15", "--qps", "0")
     player = NodePlayer(kube, reservation_namespace)
-    bed = StockBed(kube, kube_admin, namespace, reservation_namespace, marker, extender, scheduler, binder)
+    bed = StockBed(kube, kube_admin, namespace, reservation_namespace, marker, extender, scheduler, binder, player)
     with webhook:
         configurations = local_webhook_configurations(webhook.url, (webhook.cert_dir / "ca.crt").read_bytes(),
                                                       f"-{namespace}", marker, SCHEDULER_NAME)

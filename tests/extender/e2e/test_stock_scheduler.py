@@ -66,3 +66,27 @@ def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stoc
     assert any("1 GPUs, none free; largest free share 0.25 < 0.50 requested" in message for message in messages), \
         messages
     assert not bed.kube.get(pod_path(bed.namespace, "no-room"))["spec"].get("nodeName")
+
+
+def test_a_failed_bind_goes_back_to_the_scheduler_which_retries_and_binds(stock_bed):
+    bed = stock_bed
+    node = bed.add_node(gpus=1)
+    bed.player.paused = True  # no GPU id for the reservation pod: the binder gives up after 15 s
+    bed.create("retried", {"gpu-fraction": "0.5"})
+
+    def failed_bind_seen():
+        events = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events",
+                              params={"fieldSelector": "involvedObject.name=retried"})["items"]
+        return [event["message"] for event in events if event.get("reason") == "FailedScheduling"
+                and "binder:" in event["message"]]
+
+    messages = wait_for("the binder's reason in a FailedScheduling event", failed_bind_seen, timeout=60)
+    assert "reservation" in messages[0].lower(), messages
+    bed.player.paused = False
+    pod = bound(bed, "retried", timeout=90)
+    assert pod["spec"]["nodeName"] == node
+    devices, _ = wait_for("ConfigMap filled", lambda: visible_devices(bed, pod))
+    assert devices == reservation_gpu_ids(bed, node)[pod["metadata"]["labels"][names.GPU_GROUP_LABEL]]
+    # The failed attempt's BindRequest was deleted, so nothing holds a share for it any more.
+    brs = bed.kube.get(f"/apis/scheduling.run.ai/v1alpha2/namespaces/{bed.namespace}/bindrequests")["items"]
+    assert [br["status"]["phase"] for br in brs] == ["Succeeded"]
