@@ -142,9 +142,13 @@ def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
         documents.extend(render(path) if path.is_dir() else _read_documents(path))
     for component in kustomization.get("components") or []:
         component_dir = (directory / component).resolve()
-        if _kustomization(component_dir).get("kind") != "Component":
+        component_kustomization = _kustomization(component_dir)
+        if component_kustomization.get("kind") != "Component":
             raise RenderError(f"{component_dir}: not a kustomize Component")
-        for entry in _kustomization(component_dir).get("patches") or []:
+        for resource in component_kustomization.get("resources") or []:  # added first, then patched with the rest
+            path = (component_dir / resource).resolve()
+            documents.extend(render(path) if path.is_dir() else _read_documents(path))
+        for entry in component_kustomization.get("patches") or []:
             documents = _apply_patch(documents, entry, component_dir)
     for entry in kustomization.get("patches") or []:
         documents = _apply_patch(documents, entry, directory)

@@ -1,8 +1,8 @@
 """The stock kube-scheduler with the fracgpu extender, and the binder, as child processes on the test bed.
 
-`StockScheduler` runs the kube-scheduler binary the test bed builds (v1.35.4) with a
-KubeSchedulerConfiguration whose one profile is `fracgpu-scheduler` and whose extender is ours on loopback,
-the deployment shape of manifests/ (scheduler and extender side by side). `ExtenderProcess` and
+`StockScheduler` runs the kube-scheduler binary the test bed builds (v1.35.4) with the KubeSchedulerConfiguration
+that manifests/components/stock-scheduler ships (one profile, `fracgpu-scheduler`, our extender on loopback),
+rewritten only where the test bed differs: kubeconfig, extender port, no leader election. `ExtenderProcess` and
 `BinderProcess` run `python -m extender` / `python -m binder` against the admin kubeconfig.
 """
 
@@ -20,26 +20,23 @@ import yaml
 
 from testbed.binaries import find_binary
 from testbed.controlplane import ControlPlane
+from testbed.manifests import MANIFESTS, find, render
 from testbed.procs import free_ports, spawn, terminate
 
 SCHEDULER_NAME = "fracgpu-scheduler"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scheduler_configuration(kubeconfig: str, extender_url: str, scheduler_name: str = SCHEDULER_NAME,
-                            http_timeout_s: int = 30) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": kubeconfig, "qps": 200, "burst": 400},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": scheduler_name}],
-        "extenders": [{
-            "urlPrefix": extender_url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
-            "bindVerb": "bind", "weight": 1, "enableHTTPS": False, "nodeCacheCapable": True,
-            "httpTimeout": f"{http_timeout_s}s", "ignorable": False,
-        }],
-    }
+def scheduler_configuration(kubeconfig: str, extender_url: str) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the stock-scheduler component ships, pointed at the test bed: its
+    kubeconfig, the test's extender port, and no leader election (one scheduler)."""
+    documents = render(MANIFESTS / "overlays" / "stock-scheduler")
+    config = yaml.safe_load(find(documents, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
+    config["clientConnection"] = {"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
+    config["leaderElection"] = {"leaderElect": False}
+    (extender,) = config["extenders"]
+    extender["urlPrefix"] = extender_url
+    return config
 
 
 class _Child:
@@ -138,8 +135,7 @@ class BinderProcess(_Child):
 class StockScheduler(_Child):
     name = "kube-scheduler"
 
-    def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str,
-                 scheduler_name: str = SCHEDULER_NAME) -> None:
+    def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str) -> None:
         super().__init__(workdir)
         self.control_plane = control_plane
         (self.port,) = free_ports(1)
@@ -147,7 +143,7 @@ class StockScheduler(_Child):
         self.config_path = self.workdir / "scheduler-config.yaml"
         kubeconfig = str(control_plane.admin_kubeconfig)
         self.config_path.write_text(yaml.safe_dump(
-            scheduler_configuration(kubeconfig, extender_url, scheduler_name), sort_keys=False))
+            scheduler_configuration(kubeconfig, extender_url), sort_keys=False))
 
     def argv(self) -> list[str]:
         kubeconfig = str(self.control_plane.admin_kubeconfig)

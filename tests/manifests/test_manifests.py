@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from admission.settings import parse_settings as admission_settings
 from binder.plugins.config import default_config, enabled_options, parse_plugins_flag, resolve_config
 from binder.settings import parse_settings as binder_settings
 from certs.__main__ import _parser as certs_parser
+from extender.settings import parse_settings as extender_settings
 from testbed.manifests import MANIFESTS, find, render
 
 BASE = render(MANIFESTS)
 HAMICORE = render(MANIFESTS / "overlays" / "hamicore")
 CERT_MANAGER = render(MANIFESTS / "overlays" / "cert-manager")
+STOCK = render(MANIFESTS / "overlays" / "stock-scheduler")
+STOCK_SCHEDULER = "fracgpu-scheduler"
 NAMESPACE = "fracgpu-system"
 
 
@@ -96,19 +100,24 @@ def test_binder_with_more_than_one_replica_elects_a_leader_in_its_namespace():
     assert settings.reservation.service_account == "kai-resource-reservation"
 
 
-@pytest.mark.parametrize("documents", [BASE, HAMICORE, CERT_MANAGER], ids=["base", "hamicore", "cert-manager"])
+@pytest.mark.parametrize("documents", [BASE, HAMICORE, CERT_MANAGER, STOCK],
+                         ids=["base", "hamicore", "cert-manager", "stock-scheduler"])
 def test_every_container_runs_non_root_on_a_read_only_root_filesystem(documents):
     for document in documents:
         if document["kind"] not in ("Deployment", "Job", "CronJob"):
             continue
-        pod, main = container(documents, document["kind"], document["metadata"]["name"])
+        pod, _ = container(documents, document["kind"], document["metadata"]["name"])
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
-        assert main["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                           "capabilities": {"drop": ["ALL"]}}
-        assert main["args"][0] in ("admission", "binder", "certs")
-        # Python and gunicorn need a writable /tmp when the root filesystem is read-only.
-        tmp = next(m["name"] for m in main["volumeMounts"] if m["mountPath"] == "/tmp")
-        assert next(v for v in pod["volumes"] if v["name"] == tmp) == {"name": tmp, "emptyDir": {}}
+        for each in pod["containers"]:
+            assert each["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                               "capabilities": {"drop": ["ALL"]}}
+            if each["image"].startswith("registry.k8s.io/kube-scheduler:"):
+                assert each["command"][0] == "kube-scheduler"
+            else:
+                assert each["args"][0] in ("admission", "binder", "certs", "extender")
+            # Python and gunicorn need a writable /tmp when the root filesystem is read-only.
+            tmp = next(m["name"] for m in each["volumeMounts"] if m["mountPath"] == "/tmp")
+            assert next(v for v in pod["volumes"] if v["name"] == tmp) == {"name": tmp, "emptyDir": {}}
 
 
 def test_hamicore_component_turns_it_on_in_both_programs_and_only_there():
@@ -158,3 +167,30 @@ def test_cert_manager_overlay_replaces_our_certs_job_and_injects_the_ca():
         configuration = next(d for d in CERT_MANAGER if d["kind"] == kind)
         assert configuration["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": "fracgpu-system/fracgpu-admission-serving"}
+
+
+def test_stock_scheduler_component_runs_the_stock_scheduler_with_our_extender_beside_it():
+    pod, _ = container(STOCK, "Deployment", STOCK_SCHEDULER)
+    scheduler, extender = pod["containers"]
+    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"  # the version the test bed proves
+    config = yaml.safe_load(find(STOCK, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
+    assert scheduler["command"][1] == "--config=/etc/fracgpu-scheduler/config.yaml"
+    assert [profile["schedulerName"] for profile in config["profiles"]] == [STOCK_SCHEDULER]
+    assert config["leaderElection"] == {"leaderElect": True, "resourceNamespace": NAMESPACE,
+                                        "resourceName": STOCK_SCHEDULER}
+    (hook,) = config["extenders"]
+    settings = extender_settings(extender["args"][1:])
+    assert hook["urlPrefix"] == f"http://{settings.bind_address[0]}:{settings.bind_address[1]}"
+    assert (hook["filterVerb"], hook["prioritizeVerb"], hook["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert hook["nodeCacheCapable"] is True and hook["ignorable"] is False
+    # bind must answer before the scheduler gives up on it
+    assert float(hook["httpTimeout"].rstrip("s")) > settings.bind_timeout_s
+
+
+def test_stock_scheduler_component_switches_the_webhook_to_its_scheduler_name():
+    assert admission_settings(program_args(STOCK, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
+        STOCK_SCHEDULER
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        configuration = next(d for d in STOCK if d["kind"] == kind)
+        assert [w["matchConditions"] for w in configuration["webhooks"]] == [[{
+            "name": "scheduler-name-match", "expression": f"object.spec.schedulerName == '{STOCK_SCHEDULER}'"}]]
