@@ -98,9 +98,10 @@ class _Child:
 class ExtenderProcess(_Child):
     name = "extender"
 
-    def __init__(self, control_plane: ControlPlane, workdir: Path, *flags: str) -> None:
+    def __init__(self, control_plane: ControlPlane, workdir: Path, *flags: str, kubeconfig: Path | None = None) -> None:
         super().__init__(workdir)
         self.control_plane = control_plane
+        self.kubeconfig = kubeconfig or control_plane.admin_kubeconfig
         self.port, self.health_port, self.metrics_port = free_ports(3)
         self.flags = list(flags)
         self.health_url = f"http://127.0.0.1:{self.health_port}/readyz"
@@ -110,7 +111,7 @@ class ExtenderProcess(_Child):
         return f"http://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "extender", "--kubeconfig", str(self.control_plane.admin_kubeconfig),
+        return [sys.executable, "-m", "extender", "--kubeconfig", str(self.kubeconfig),
                 "--bind-address", f"127.0.0.1:{self.port}", "--health-probe-bind-address",
                 f"127.0.0.1:{self.health_port}", "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
                 "--qps", "0", *self.flags]
@@ -135,18 +136,19 @@ class BinderProcess(_Child):
 class StockScheduler(_Child):
     name = "kube-scheduler"
 
-    def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str) -> None:
+    def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str,
+                 kubeconfig: Path | None = None) -> None:
         super().__init__(workdir)
         self.control_plane = control_plane
+        self.kubeconfig = str(kubeconfig or control_plane.admin_kubeconfig)
         (self.port,) = free_ports(1)
         self.health_url = f"https://127.0.0.1:{self.port}/healthz"
         self.config_path = self.workdir / "scheduler-config.yaml"
-        kubeconfig = str(control_plane.admin_kubeconfig)
         self.config_path.write_text(yaml.safe_dump(
-            scheduler_configuration(kubeconfig, extender_url), sort_keys=False))
+            scheduler_configuration(self.kubeconfig, extender_url), sort_keys=False))
 
     def argv(self) -> list[str]:
-        kubeconfig = str(self.control_plane.admin_kubeconfig)
+        kubeconfig = self.kubeconfig
         return [str(find_binary("kube-scheduler")), f"--config={self.config_path}",
                 f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1", f"--secure-port={self.port}", f"--cert-dir={self.workdir / 'certs'}",

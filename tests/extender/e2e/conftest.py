@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import pytest
 from common import names
 from common.kube.client import ApiError, KubeClient, pod_path
 from testbed.kube import apply_crds, create_gpu_node, create_namespace, delete_namespace, delete_node, wait_for
+from testbed.local_deploy import SYSTEM, kubeconfig_for
+from testbed.manifests import MANIFESTS, apply, render
 from testbed.nodeplayer import NodePlayer
 from testbed.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
 from testbed.webhook import AdmissionProcess
@@ -86,17 +89,17 @@ def nvidia_runtime_class(kube_session: Any) -> None:
         "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"})
 
 
-@pytest.fixture
-def stock_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None, nvidia_runtime_class: None,
-              tmp_path: Path) -> Iterator[StockBed]:
+@contextmanager
+def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path: Path,
+                scheduler_kubeconfig: Path | None = None) -> Iterator[StockBed]:
     kube = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
     marker = {"fracgpu-stock-test": uuid.uuid4().hex[:8]}
     namespace = create_namespace(kube_admin, prefix="stock", labels=marker)
     reservation_namespace = create_namespace(kube_admin, prefix="rsv")
     webhook = AdmissionProcess(tmp_path / "webhook", ["--gpu-sharing-enabled", "--scheduler-name", SCHEDULER_NAME])
     extender = ExtenderProcess(control_plane, tmp_path / "extender", "--resource-reservation-namespace",
-                               reservation_namespace)
-    scheduler = StockScheduler(control_plane, tmp_path / "scheduler", extender.url)
+                               reservation_namespace, kubeconfig=scheduler_kubeconfig)
+    scheduler = StockScheduler(control_plane, tmp_path / "scheduler", extender.url, kubeconfig=scheduler_kubeconfig)
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
                            reservation_namespace, "--resource-reservation-allocation-timeout", "15", "--qps", "0")
     player = NodePlayer(kube, reservation_namespace)
@@ -116,3 +119,25 @@ def stock_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds
                 delete_namespace(kube_admin, namespace)
                 delete_namespace(kube_admin, reservation_namespace)
                 kube.close()
+
+
+@pytest.fixture
+def stock_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None, nvidia_runtime_class: None,
+              tmp_path: Path) -> Iterator[StockBed]:
+    """Scheduler and extender as the admin."""
+    with running_bed(control_plane, kube_admin, kube_session, tmp_path) as bed:
+        yield bed
+
+
+@pytest.fixture
+def stock_bed_as_shipped(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None,
+                         nvidia_runtime_class: None, tmp_path: Path) -> Iterator[StockBed]:
+    """Scheduler and extender as the fracgpu-scheduler ServiceAccount, with only the component's RBAC."""
+    rbac_kinds = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    documents = [d for d in render(MANIFESTS / "overlays" / "stock-scheduler") if d["kind"] in rbac_kinds
+                 and (d["kind"] == "Namespace" or "scheduler" in d["metadata"]["name"]
+                      or "extender" in d["metadata"]["name"])]
+    apply(kube_session, documents)
+    kubeconfig = kubeconfig_for(control_plane, tmp_path, SYSTEM, SCHEDULER_NAME)
+    with running_bed(control_plane, kube_admin, kube_session, tmp_path, kubeconfig) as bed:
+        yield bed

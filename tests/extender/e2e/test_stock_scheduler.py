@@ -90,3 +90,15 @@ def test_a_failed_bind_goes_back_to_the_scheduler_which_retries_and_binds(stock_
     # The failed attempt's BindRequest was deleted, so nothing holds a share for it any more.
     brs = bed.kube.get(f"/apis/scheduling.run.ai/v1alpha2/namespaces/{bed.namespace}/bindrequests")["items"]
     assert [br["status"]["phase"] for br in brs] == ["Succeeded"]
+
+
+def test_scheduler_and_extender_need_nothing_beyond_the_shipped_rbac(stock_bed_as_shipped):
+    bed = stock_bed_as_shipped
+    node = bed.add_node(gpus=1)
+    bed.create("a", {"gpu-fraction": "0.5"})
+    bed.create("b", {"gpu-fraction": "0.5"})
+    pods = [bound(bed, name) for name in ("a", "b")]
+    assert {pod["spec"]["nodeName"] for pod in pods} == {node}
+    for child in (bed.extender, bed.scheduler):
+        log = child.log_path.read_text(errors="replace").lower()
+        assert "forbidden" not in log and '"403"' not in log and " 403 " not in log, child.log_tail()
