@@ -108,6 +108,9 @@ class NodeGpus:
     memory_mib: int | None
     whole_in_use: int = 0
     groups: dict[str, int] = field(default_factory=dict)  # group id -> hundredths in use
+    # Answers already worked out for this view (the ledger builds a new view whenever the node's pods change,
+    # so they never go stale): a burst of similar pods costs a lookup per node instead of a placement.
+    answers: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def free_devices(self) -> int:
@@ -142,18 +145,28 @@ def share_on(request: GpuRequest, node: NodeGpus) -> int | str:
 
 def fit(request: GpuRequest, node: NodeGpus, policy: Policy = Policy.BINPACK) -> Fit | str:
     """Where on `node` the shared request would go, or a reason a person understands why it cannot."""
+    key = ("fit", request, policy)
+    answer = node.answers.get(key)
+    if answer is None:
+        answer = node.answers[key] = _fit(request, node, policy)
+    return answer
+
+
+def _fit(request: GpuRequest, node: NodeGpus, policy: Policy) -> Fit | str:
     if node.devices <= 0:
         return f"node has no GPUs ({names.NVIDIA_GPU} allocatable is 0)"
     share = share_on(request, node)
     if isinstance(share, str):
         return share
+    # Binpack joins the fullest groups first (best fit), spread the emptiest; the group id breaks ties.
+    order = (lambda item: (-item[0], item[1])) if policy is Policy.BINPACK else (lambda item: item)
     joinable = [(used, group) for group, used in node.groups.items() if used + share <= FULL]
-    if policy is Policy.BINPACK:
-        joinable.sort(key=lambda item: (-item[0], item[1]))  # fullest first: best fit
-    else:
-        joinable.sort(key=lambda item: (item[0], item[1]))  # emptiest first
-    free = node.free_devices
     needed = request.devices
+    if needed == 1 and joinable:
+        joinable = [min(joinable, key=order)]  # the one a single device takes; no need to sort them all
+    else:
+        joinable.sort(key=order)
+    free = node.free_devices
     if policy is Policy.BINPACK:
         to_share = tuple(group for _, group in joinable[:needed])
         new = needed - len(to_share)
@@ -174,18 +187,45 @@ def _refusal(request: GpuRequest, node: NodeGpus, share: int) -> str:
             f"{(FULL if free else largest) / FULL:.2f} < {wanted}")
 
 
-def filter_nodes(request: GpuRequest, nodes: Sequence[NodeGpus],
-                 policy: Policy = Policy.BINPACK) -> tuple[list[Fit], dict[str, str]]:
-    """The nodes that fit, and a reason for each node that does not."""
-    fits: list[Fit] = []
+def fits(request: GpuRequest, node: NodeGpus) -> bool | str:
+    """Whether `fit` would place the request on the node, without choosing where: filter's question, asked
+    of every candidate node, so it stays a count (no sort, no placement object)."""
+    key = ("fits", request)
+    answer = node.answers.get(key)
+    if answer is None:
+        answer = node.answers[key] = _fits(request, node)
+    return answer
+
+
+def _fits(request: GpuRequest, node: NodeGpus) -> bool | str:
+    if node.devices <= 0:
+        return f"node has no GPUs ({names.NVIDIA_GPU} allocatable is 0)"
+    share = share_on(request, node)
+    if isinstance(share, str):
+        return share
+    free = node.free_devices
+    if free >= request.devices:
+        return True
+    joinable = sum(1 for used in node.groups.values() if used + share <= FULL)
+    return True if joinable + free >= request.devices else _refusal(request, node, share)
+
+
+def filter_nodes(request: GpuRequest, nodes: Sequence[NodeGpus]) -> tuple[list[str], dict[str, str]]:
+    """The names of the nodes that fit, and a reason for each node that does not."""
+    fitting: list[str] = []
     refused: dict[str, str] = {}
     for node in nodes:
-        outcome = fit(request, node, policy)
-        if isinstance(outcome, Fit):
-            fits.append(outcome)
+        outcome = fits(request, node)
+        if outcome is True:
+            fitting.append(node.name)
         else:
-            refused[node.name] = outcome
-    return fits, refused
+            refused[node.name] = str(outcome)
+    return fitting, refused
+
+
+def placements(request: GpuRequest, nodes: Sequence[NodeGpus], policy: Policy = Policy.BINPACK) -> list[Fit]:
+    """Where the request would go on each node that fits (prioritize's input)."""
+    return [outcome for outcome in (fit(request, node, policy) for node in nodes) if isinstance(outcome, Fit)]
 
 
 def _quality(placement: Fit, node: NodeGpus, policy: Policy) -> tuple[float, float]:
@@ -203,12 +243,20 @@ def _quality(placement: Fit, node: NodeGpus, policy: Policy) -> tuple[float, flo
 
 def scores(fits: Sequence[Fit], nodes: Mapping[str, NodeGpus], policy: Policy = Policy.BINPACK) -> dict[str, int]:
     """Scores 0..MAX_SCORE: the best placement gets the maximum, the worst 0, the rest by rank in between."""
-    ranked = sorted({_quality(f, nodes[f.node], policy) for f in fits})
+    qualities = {}
+    for placement in fits:
+        node = nodes[placement.node]
+        key = ("quality", placement, policy)
+        quality = node.answers.get(key)
+        if quality is None:
+            quality = node.answers[key] = _quality(placement, node, policy)
+        qualities[placement.node] = quality
+    ranked = sorted(set(qualities.values()))
     if len(ranked) <= 1:
-        return {f.node: MAX_SCORE for f in fits}
+        return {node: MAX_SCORE for node in qualities}
     position = {quality: index for index, quality in enumerate(ranked)}
     top = len(ranked) - 1
-    return {f.node: round(MAX_SCORE * position[_quality(f, nodes[f.node], policy)] / top) for f in fits}
+    return {node: round(MAX_SCORE * position[quality] / top) for node, quality in qualities.items()}
 
 
 def groups_for(placement: Fit, new_group_id: Callable[[], str]) -> dict[str, int]:

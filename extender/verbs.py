@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from common import names
 from extender.ledger import Ledger
-from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, request_of, scores
+from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, placements, request_of, scores
 
 log = logging.getLogger("extender.verbs")
 
@@ -63,17 +63,16 @@ class Verbs:
         if not request.shared:
             return list(node_names), {}
         views, refused = self._views(node_names)
-        fits, not_fitting = filter_nodes(request, views, self.policy)
+        fitting, not_fitting = filter_nodes(request, views)
         refused.update(not_fitting)
-        return [fit.node for fit in fits], refused
+        return fitting, refused
 
     def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> dict[str, int]:
         request = request_of(pod)
         if not request.shared:
             return {}
         views, _ = self._views(node_names)
-        fits, _ = filter_nodes(request, views, self.policy)
-        return scores(fits, {view.name: view for view in views}, self.policy)
+        return scores(placements(request, views, self.policy), {view.name: view for view in views}, self.policy)
 
     def bind_by_name(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind as the scheduler asks it (by name and uid); "" once bound, else why not."""

@@ -1,6 +1,8 @@
 """Placement decisions: which nodes fit a GPU request, why the others do not, scores and group choice."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from extender.placement import (
     GpuRequest,
@@ -9,7 +11,9 @@ from extender.placement import (
     Policy,
     filter_nodes,
     fit,
+    fits,
     groups_for,
+    placements,
     request_of,
     scores,
 )
@@ -88,25 +92,37 @@ def test_multi_device_requests_take_distinct_groups():
 
 def test_filter_splits_fitting_and_refused_nodes():
     nodes = [NodeGpus("full", 1, 40960, groups={"a": 100}), NodeGpus("empty", 1, 40960), NodeGpus("cpu", 0, None)]
-    fits, refused = filter_nodes(GpuRequest(fraction=50), nodes)
-    assert [f.node for f in fits] == ["empty"]
+    fitting, refused = filter_nodes(GpuRequest(fraction=50), nodes)
+    assert fitting == ["empty"]
     assert set(refused) == {"full", "cpu"}
+
+
+@given(devices=st.integers(0, 4), whole=st.integers(0, 4), groups=st.lists(st.integers(0, 100), max_size=4),
+       share=st.integers(1, 99), wanted=st.integers(1, 3), policy=st.sampled_from(Policy))
+def test_filter_answers_exactly_what_bind_would_decide(devices, whole, groups, share, wanted, policy):
+    node = NodeGpus("n", devices, 40960, min(whole, devices), {f"g{i}": used for i, used in enumerate(groups)})
+    request_ = GpuRequest(fraction=share, devices=wanted)
+    decided = fit(request_, node, policy)
+    quick = fits(request_, node)
+    assert (quick is True) == (not isinstance(decided, str))
+    if quick is not True:
+        assert quick == decided
 
 
 def test_binpack_scores_partly_used_gpus_highest_and_spread_the_reverse():
     nodes = {"used": NodeGpus("used", 4, 40960, groups={"a": 50}), "idle": NodeGpus("idle", 4, 40960),
              "busy": NodeGpus("busy", 2, 40960, whole_in_use=1)}
     request_ = GpuRequest(fraction=50)
-    packed = scores(filter_nodes(request_, list(nodes.values()), Policy.BINPACK)[0], nodes, Policy.BINPACK)
+    packed = scores(placements(request_, list(nodes.values()), Policy.BINPACK), nodes, Policy.BINPACK)
     assert packed["used"] == 10 and packed["idle"] == 0 and 0 < packed["busy"] < 10
-    spread = scores(filter_nodes(request_, list(nodes.values()), Policy.SPREAD)[0], nodes, Policy.SPREAD)
+    spread = scores(placements(request_, list(nodes.values()), Policy.SPREAD), nodes, Policy.SPREAD)
     assert spread["idle"] == 10 and spread["busy"] == 0 and 0 < spread["used"] < 10
 
 
 def test_gpu_memory_breaks_ties():
     nodes = {"small": NodeGpus("small", 2, 16384), "large": NodeGpus("large", 2, 81920)}
     request_ = GpuRequest(fraction=50)
-    packed = scores(filter_nodes(request_, list(nodes.values()))[0], nodes, Policy.BINPACK)
+    packed = scores(placements(request_, list(nodes.values())), nodes, Policy.BINPACK)
     assert packed == {"small": 10, "large": 0}
-    spread = scores(filter_nodes(request_, list(nodes.values()), Policy.SPREAD)[0], nodes, Policy.SPREAD)
+    spread = scores(placements(request_, list(nodes.values()), Policy.SPREAD), nodes, Policy.SPREAD)
     assert spread == {"small": 0, "large": 10}
