@@ -16,6 +16,7 @@ test: install k8s-binaries
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo
-# The product end to end on a local control plane; add ARGS=--keep-running to stay up until Ctrl-C.
+# The product end to end on a local control plane (stock kube-scheduler + extender); ARGS="--mode kai" for the
+# KAI-scheduler contract, ARGS=--keep-running to stay up until Ctrl-C.
 demo: install k8s-binaries
 	$(PYTHON) -m testbed.demo $(ARGS)

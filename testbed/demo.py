@@ -1,10 +1,13 @@
 """`make demo`: fracgpu end to end on a local control plane.
 
 Starts etcd and kube-apiserver, applies the manifests, runs the certificate tool, the admission webhook
-and the binder as local processes, creates fake GPU nodes, submits a `gpu-fraction: "0.5"` pod and a
-`gpu-memory: "4096"` pod with hamicore on, creates the BindRequests a scheduler would, plays the node for
-the reservation pods (running the real reservation program in fake-GPU mode), and prints what each pod
-got. Everything stops on exit or Ctrl-C.
+and the binder as local processes, creates fake GPU nodes, submits fractional pods with hamicore on, plays
+the node for the reservation pods (running the real reservation program in fake-GPU mode), and prints what
+each pod got. Everything stops on exit or Ctrl-C. Two modes:
+
+- `--mode stock` (the default): the stock kube-scheduler with the fracgpu extender (the stock-scheduler
+  component) places the pods a user creates: two half-GPU pods share one GPU, a gpu-memory pod gets its own.
+- `--mode kai`: the KAI-scheduler contract: the demo writes the BindRequests the KAI scheduler would.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from testbed.local_deploy import (
     shipped_args,
 )
 from testbed.manifests import MANIFESTS, apply, find, render
+from testbed.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
 from testbed.webhook import AdmissionProcess, free_port
 
 GPU_MEMORY_MIB = 40960
@@ -54,9 +58,12 @@ def ensure(session: KubeSession, collection: str, body: dict[str, Any]) -> None:
 
 
 class Demo:
-    def __init__(self, workdir: Path, keep_running: bool) -> None:
+    def __init__(self, workdir: Path, keep_running: bool, mode: str = "stock") -> None:
         self.workdir = workdir
         self.keep_running = keep_running
+        self.mode = mode
+        self.scheduler_name = SCHEDULER_NAME if mode == "stock" else names.DEFAULT_SCHEDULER_NAME
+        self.children: list[Any] = []
         self.control_plane = ControlPlane(workdir=workdir / "control-plane")
         self.programs: list[Program] = []
         self.admission: AdmissionProcess | None = None
@@ -73,8 +80,17 @@ class Demo:
         return self.session
 
     def apply_manifests(self, session: KubeSession) -> list[dict[str, Any]]:
-        say("applying manifests/overlays/hamicore (CRD, namespaces, RBAC, deployments, webhook registrations)")
-        documents = render(MANIFESTS / "overlays" / "hamicore")
+        components = ["hamicore", "stock-scheduler"] if self.mode == "stock" else ["hamicore"]
+        # An overlay of the operator's own, as the README shows: the base plus the components wanted.
+        overlay = self.workdir / "overlay"
+        overlay.mkdir(exist_ok=True)
+        (overlay / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            f"resources: [{MANIFESTS / 'base'}]\n"
+            f"components: [{', '.join(str(MANIFESTS / 'components' / name) for name in components)}]\n")
+        say(f"applying manifests/base with the components {', '.join(components)} "
+            "(CRD, namespaces, RBAC, deployments, webhook registrations)")
+        documents = render(overlay)
         apply(session, documents)
         ensure(session, "/api/v1/namespaces",
                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NAMESPACE}})
@@ -103,7 +119,7 @@ class Demo:
         self.admission = AdmissionProcess(self.workdir / "admission", args).start()
         point_webhooks_at(session, documents, self.admission.url)
         probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "annotations": {
-            names.GPU_FRACTION: "0.5"}}, "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME,
+            names.GPU_FRACTION: "0.5"}}, "spec": {"schedulerName": self.scheduler_name,
                                                   "containers": [{"name": "c", "image": "x"}]}}
 
         def webhook_called() -> bool:
@@ -130,6 +146,22 @@ class Demo:
                 return False
 
         wait_for("the binder to be ready (caches synced, leader lease held)", ready, timeout=60)
+
+    def start_scheduler(self, documents: list[dict[str, Any]]) -> None:
+        """The stock kube-scheduler and the extender, as ServiceAccount fracgpu-scheduler, with the flags and the
+        KubeSchedulerConfiguration the stock-scheduler component ships (ports moved to free ones)."""
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, SCHEDULER_NAME)
+        pod = find(documents, "Deployment", SCHEDULER_NAME)["spec"]["template"]["spec"]
+        shipped = next(c for c in pod["containers"] if c["name"] == "extender")["args"][1:]
+        flags = [flag for flag in shipped if not flag.startswith(("--bind-address", "--health-probe-bind-address",
+                                                                  "--metrics-bind-address"))]
+        say(f"starting the extender as ServiceAccount {SCHEDULER_NAME} with its container's flags: {' '.join(flags)}")
+        extender = ExtenderProcess(self.control_plane, self.workdir / "extender", *flags, kubeconfig=kubeconfig)
+        self.children.append(extender.start())
+        say("starting the stock kube-scheduler v1.35.4 with the shipped configuration (profile "
+            f"{SCHEDULER_NAME}, extender on {extender.url})")
+        scheduler = StockScheduler(self.control_plane, self.workdir / "scheduler", extender.url, kubeconfig=kubeconfig)
+        self.children.append(scheduler.start())
 
     def create_nodes(self, session: KubeSession) -> None:
         from testbed.kube import api_client, create_gpu_node
@@ -168,19 +200,28 @@ class Demo:
 
     # ------------------------------------------------------------------ the workload
     def submit(self, session: KubeSession) -> list[tuple[str, str]]:
-        workloads = [("half-gpu", {names.GPU_FRACTION: "0.5"}, NODES[0], "0.50"),
-                     ("four-gib", {names.GPU_MEMORY: "4096"}, NODES[1], f"{4096 / GPU_MEMORY_MIB:.2f}")]
+        if self.mode == "stock":
+            workloads = [("half-gpu", {names.GPU_FRACTION: "0.5"}, "", ""),
+                         ("half-gpu-2", {names.GPU_FRACTION: "0.5"}, "", ""),
+                         ("four-gib", {names.GPU_MEMORY: "4096"}, "", "")]
+        else:
+            workloads = [("half-gpu", {names.GPU_FRACTION: "0.5"}, NODES[0], "0.50"),
+                         ("four-gib", {names.GPU_MEMORY: "4096"}, NODES[1], f"{4096 / GPU_MEMORY_MIB:.2f}")]
         submitted = []
         for name, request, node, portion in workloads:
             pod = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "annotations": request},
-                   "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME,
+                   "spec": {"schedulerName": self.scheduler_name,
                             "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
                                             "command": ["nvidia-smi", "-L"]}]}}
             answer = session.post(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods", json=pod)
             if answer.status_code != 201:
                 raise RuntimeError(f"pod {name} was not admitted: {answer.text}")
             say(f"pod {DEMO_NAMESPACE}/{name} admitted and mutated by the webhook ({request})")
+            if self.mode == "stock":
+                say(f"  schedulerName {self.scheduler_name}: the kube-scheduler asks the extender where it fits")
+                submitted.append((name, ""))
+                continue
             bind_request = {
                 "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
                 "kind": names.BINDREQUEST_KIND,
@@ -200,11 +241,18 @@ class Demo:
     def wait_bound(self, session: KubeSession, submitted: list[tuple[str, str]]) -> None:
         for name, _node in submitted:
             def phase(name: str = name) -> str | None:
-                status = session.get(f"{BINDREQUESTS}/{name}").json().get("status") or {}
+                answer = session.get(f"{BINDREQUESTS}/{name}")
+                if answer.status_code == 404:
+                    return None  # stock mode: the extender writes it once the scheduler has chosen a node
+                status = answer.json().get("status") or {}
                 if status.get("phase") == names.PHASE_FAILED:
                     raise RuntimeError(f"BindRequest {name} failed: {status.get('reason')}")
                 return status.get("phase") == names.PHASE_SUCCEEDED and "ok"
             wait_for(f"BindRequest {name} to succeed", phase, timeout=90)
+            if self.mode == "stock":
+                node = session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}").json()["spec"]["nodeName"]
+                say(f"pod {DEMO_NAMESPACE}/{name} placed on {node} by the extender, BindRequest written, bound by "
+                    "the binder")
             set_pod_running_raw(session, DEMO_NAMESPACE, name)
             say(f"pod {DEMO_NAMESPACE}/{name} bound; the kubelet's part (phase Running) played")
 
@@ -234,6 +282,8 @@ class Demo:
         self.start_admission(session, documents)
         self.start_binder(documents)
         self.create_nodes(session)
+        if self.mode == "stock":
+            self.start_scheduler(documents)
         threading.Thread(target=self.play_nodes, name="node-player", daemon=True).start()
         submitted = self.submit(session)
         self.wait_bound(session, submitted)
@@ -249,6 +299,8 @@ class Demo:
     def stop(self) -> None:
         say("stopping binder, webhook, reservation programs and control plane")
         self.stop_event.set()
+        for child in self.children:
+            child.stop()
         for program in self.programs:
             program.stop()
         if self.admission is not None:
@@ -268,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep-running", action="store_true", help="stay up after the table until Ctrl-C")
     parser.add_argument("--workdir", default=None, help="where logs and state go (default: a temp dir)")
+    parser.add_argument("--mode", choices=("stock", "kai"), default="stock",
+                        help="stock: the stock kube-scheduler + fracgpu extender place the pods (default); "
+                             "kai: the demo writes the BindRequests the KAI scheduler would")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fracgpu-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"logs in {workdir}")
-    demo = Demo(workdir, args.keep_running)
+    demo = Demo(workdir, args.keep_running, args.mode)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return demo.run()

@@ -11,18 +11,33 @@ pytestmark = pytest.mark.apiserver
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_binds_both_pods_and_prints_the_table(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path)], cwd=ROOT,
+def run_demo(tmp_path, *args):
+    run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path), *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith("demo/")}
-    half, four = rows["demo/half-gpu"], rows["demo/four-gib"]
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert leftovers.strip() == "", f"processes still running: {leftovers}"
+    assert "stopping binder, webhook, reservation programs and control plane" in run.stdout
     # pod, node, GPU id, NVIDIA_VISIBLE_DEVICES, GPU_PORTION, CUDA_DEVICE_MEMORY_LIMIT, phase
+    return {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith("demo/")}
+
+
+def test_default_demo_places_user_pods_with_the_stock_scheduler_and_shares_a_gpu(tmp_path):
+    rows = run_demo(tmp_path)
+    first, second, four = rows["demo/half-gpu"], rows["demo/half-gpu-2"], rows["demo/four-gib"]
+    for row in (first, second, four):
+        assert row[1].startswith("gpu-node-") and re.fullmatch(r"GPU-[0-9a-f-]+", row[2]) and row[3] == row[2]
+        assert row[6] == "Running"
+    assert first[1:4] == second[1:4]  # binpack: the two halves share one GPU
+    assert first[4:6] == second[4:6] == ["0.50", "20480m"]
+    assert four[2] != first[2] and four[4:6] == ["0.10", "4096m"]
+
+
+def test_kai_mode_binds_both_pods_and_prints_the_table(tmp_path):
+    rows = run_demo(tmp_path, "--mode", "kai")
+    half, four = rows["demo/half-gpu"], rows["demo/four-gib"]
     assert half[1] == "gpu-node-1" and four[1] == "gpu-node-2"
     for row in (half, four):
         assert re.fullmatch(r"GPU-[0-9a-f-]+", row[2]) and row[3] == row[2] and row[6] == "Running"
     assert half[4:6] == ["0.50", "20480m"]  # 40960 MiB x 0.5
     assert four[4:6] == ["0.10", "4096m"]  # 40960 MiB x 0.10
-    assert "stopping binder, webhook, reservation programs and control plane" in run.stdout
-    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
-    assert leftovers.strip() == "", f"processes still running: {leftovers}"
