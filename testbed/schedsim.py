@@ -67,7 +67,8 @@ class SchedulerSimulator(BackgroundPoller):
         self.random = random.Random(seed)
         self.move_probability = move_probability
         self.placed: dict[str, str] = {}  # pod name -> uid of the pod this simulator placed
-        self.deleted: list[str] = []  # names of BindRequests deleted as failed for good
+        self.deleted: list[str] = []  # names of BindRequests deleted: failed for good, or their node gone
+        self.failures: list[str] = []  # "<name>: <status.reason>" of each of them
         self.recreated: list[str] = []
         self._lock = threading.Lock()
 
@@ -124,6 +125,8 @@ class SchedulerSimulator(BackgroundPoller):
                 raise
             return
         self.deleted.append(meta["name"])
+        if failed_for_good(bind_request):
+            self.failures.append(f"{meta['name']}: {(bind_request.get('status') or {}).get('reason')}")
         log.info("deleted a failed BindRequest", extra={"fields": {"bindrequest": meta["name"]}})
 
     def _replace(self, pod: dict[str, Any], nodes: list[str]) -> None:
