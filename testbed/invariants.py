@@ -9,8 +9,8 @@
   the pod (`Scene.require_condition` also demands the condition on every pod a Succeeded BindRequest bound).
 * I3 no double bind: at most one `pods/binding` 201 per pod uid in the audit log.
 * I4 every bound fraction pod is complete: both ConfigMaps owned by it, `NVIDIA_VISIBLE_DEVICES` = the GPU ids of
-  the live reservation pods of its groups on its node, `GPU_PORTION` = the portion, group labels = exactly its
-  `selectedGPUGroups`.
+  the live reservation pods of its groups on its node (while the pod itself is live), `GPU_PORTION` = the portion,
+  group labels = exactly its `selectedGPUGroups`.
 * I5 no leaks: no reservation pod without a live user or an active BindRequest, no group with two live
   reservation pods, no ConfigMap of an existing, unbound pod that has no active BindRequest.
 * I6 single writer: no write from a replica later than its last successful lease write + renew deadline + 1 s
@@ -200,8 +200,8 @@ def _fraction_pods(state: _Reader) -> list[str]:
             elif [o.get("uid") for o in _meta(cm).get("ownerReferences") or []] != [uid]:
                 out.append(f"{label}: ConfigMap {name} not owned by the pod: {_meta(cm).get('ownerReferences')}")
         cm = configmaps.get((key[0], wanted[0]))
-        if cm is None:
-            continue
+        if cm is None or not live(pod):
+            continue  # a finished pod holds no GPU: its reservation pods may rightly be gone
         ids = []
         for group in groups:
             found = state.reservation_ids(node, group)
