@@ -1,7 +1,8 @@
 """Control-plane faults for the test bed: pause, resume, kill and restart etcd or kube-apiserver, and an audit log.
 
 `ControlPlaneFaults` acts on a running `ControlPlane`. A restart re-runs the process with its original argv, so it
-keeps its port and its data directory (etcd's objects and resourceVersions survive, as after a node reboot). The
+keeps its port and its data directory (etcd's objects and resourceVersions survive, as after a node reboot).
+`etcd_snapshot()` / `etcd_restore()` copy the data directory cold, which rolls resourceVersions back. The
 test bed's etcd runs with `--unsafe-no-fsync`; killing the process is safe because the page cache survives.
 
 `audited_control_plane()` builds a `ControlPlane` whose apiserver writes an audit log (`AUDIT_POLICY`): every write
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -124,6 +126,24 @@ class ControlPlaneFaults:
         took = time.monotonic() - started
         log.info("control-plane restarted", extra={"fields": {"process": name, "ready_after_s": round(took, 2)}})
         return took
+
+    def etcd_snapshot(self) -> Path:
+        """A cold copy of etcd's data directory (etcd is stopped for the copy, then restarted)."""
+        self.kill(ETCD)
+        snapshot = self.plane.workdir / f"etcd-snapshot-{len(list(self.plane.workdir.glob('etcd-snapshot-*')))}"
+        shutil.copytree(self.plane.workdir / "etcd", snapshot)
+        self.restart(ETCD)
+        self.wait_ready(APISERVER)
+        return snapshot
+
+    def etcd_restore(self, snapshot: Path) -> None:
+        """Put `snapshot` back (every resourceVersion goes back with it), then restart etcd and kube-apiserver,
+        as an operator restoring a backup does; clients keep the newer resourceVersions they had seen."""
+        self.kill(ETCD)
+        shutil.rmtree(self.plane.workdir / "etcd")
+        shutil.copytree(snapshot, self.plane.workdir / "etcd")
+        self.restart(ETCD)
+        self.restart(APISERVER)
 
     def heal(self) -> None:
         """Resume what is paused and restart what is dead, so the next scenario finds a working plane."""
