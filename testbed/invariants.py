@@ -14,7 +14,8 @@
 * I5 no leaks: no reservation pod without a live user or an active BindRequest, no group with two live
   reservation pods, no ConfigMap of an existing, unbound pod that has no active BindRequest.
 * I6 single writer: no write from a replica later than its last successful lease write + renew deadline + 1 s
-  once another replica has written the lease since.
+  once another replica has written the lease since (a replica frozen and woken may land the one write it had on
+  its way, within 1 s of waking: `Scene.woken`).
 * I7 no thread death: no uncaught traceback in a binder's log.
 """
 
@@ -45,6 +46,10 @@ class Scene:
     replicas: dict[str, float] = field(default_factory=dict)  # audit username -> renew deadline (s)
     invalid_pods: set[tuple[str, str]] = field(default_factory=set)  # pods whose BindRequests were bad on purpose
     binder_logs: list[Path] = field(default_factory=list)
+    # audit username -> epoch seconds it was woken (SIGCONT): the one write it may have had on its way when it
+    # froze (checked against the lease before the freeze, sent after it) reaches the server then; I6 lets one
+    # write through within 1 s of waking, as issue 9's S12 allows.
+    woken: dict[str, float] = field(default_factory=dict)
     # Also require a PodBound condition on every pod with a Succeeded BindRequest. Not a DECISIONS 2.2 promise
     # (that one is "never a false condition"); a replica that exits with the condition write pending loses it.
     require_condition: bool = False
@@ -112,7 +117,7 @@ def check(client: KubeClient, scene: Scene) -> list[str]:
     if scene.audit is not None:
         audit = [e for e in scene.audit if e["t_received"] >= scene.since]
         violations += _double_binds(audit)
-        violations += _single_writer(audit, scene.replicas)
+        violations += _single_writer(audit, scene.replicas, scene.woken)
     violations += _thread_deaths(scene.binder_logs)
     return violations
 
@@ -264,9 +269,11 @@ def _double_binds(audit: list[dict[str, Any]]) -> list[str]:
     return [f"I3 double bind: pod uid {uid} has {n} Binding 201s" for uid, n in bindings.items() if n > 1]
 
 
-def _single_writer(audit: list[dict[str, Any]], replicas: dict[str, float]) -> list[str]:
+def _single_writer(audit: list[dict[str, Any]], replicas: dict[str, float],
+                   woken: dict[str, float] | None = None) -> list[str]:
     if not replicas:
         return []
+    on_the_wire = dict.fromkeys(woken or {}, 1)
     renews: list[tuple[float, str]] = []  # (time the lease write completed, replica)
     writes: list[tuple[float, str, str]] = []
     for event in audit:
@@ -289,6 +296,9 @@ def _single_writer(audit: list[dict[str, Any]], replicas: dict[str, float]) -> l
             continue
         others = [t for t, u in renews if u != user and (last is None or t > last) and t <= when]
         if last is None or others:
+            if user in on_the_wire and on_the_wire[user] and 0 <= when - (woken or {})[user] <= 1.0:
+                on_the_wire[user] -= 1
+                continue
             out.append(f"I6 write by {user} {when - (last or when):.1f} s after its last lease write "
                        f"(another replica renewed {len(others)} times since): {what}")
     return out
