@@ -14,7 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_kit import APISERVER_REQUEST_TIMEOUT, NodePlayer, World  # faults_kit also puts the e2e kit on sys.path
+from faults_kit import (  # faults_kit also puts the e2e kit on sys.path
+    APISERVER_REQUEST_TIMEOUT,
+    BINDER_SERVICE_ACCOUNTS,
+    NodePlayer,
+    World,
+)
 
 from binder.kube.client import KubeClient
 from testbed.controlplane import ControlPlane
@@ -27,12 +32,21 @@ CRD_FILE = Path(__file__).resolve().parents[3] / "manifests" / "crd" / "bindrequ
 
 @pytest.fixture(scope="session")
 def fault_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    plane = audited_control_plane(extra_apiserver_args=[f"--request-timeout={APISERVER_REQUEST_TIMEOUT}s"])
+    plane = audited_control_plane(service_accounts=BINDER_SERVICE_ACCOUNTS,
+                                  extra_apiserver_args=[f"--request-timeout={APISERVER_REQUEST_TIMEOUT}s"])
     plane.start()
     try:
         api = api_client(plane)
         apply_crds(api, CRD_FILE)
         api.close()
+        client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1, timeout=10)
+        client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "fault-suite-binders"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": name}
+                         for ns, name in BINDER_SERVICE_ACCOUNTS]})
+        client.close()
         yield plane
     finally:
         plane.stop()

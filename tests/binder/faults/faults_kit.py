@@ -34,6 +34,9 @@ from binder_e2e_kit import NodePlayer  # noqa: E402
 
 # The apiserver's own deadline for a request, scaled down from 60 s so ambiguous outcomes settle quickly.
 APISERVER_REQUEST_TIMEOUT = 20
+# Replicas behind an HTTP fault proxy need a bearer token (the proxy re-originates requests): these service
+# accounts get static tokens and cluster-admin on the fault plane.
+BINDER_SERVICE_ACCOUNTS = (("fracgpu-system", "binder-a"), ("fracgpu-system", "binder-b"))
 LEASE = "2ad35f9c.kai.scheduler"
 PRODUCTION_LEASE = (15.0, 10.0, 2.0)  # duration, renew deadline, retry period
 log = logging.getLogger("faults")
