@@ -203,6 +203,23 @@ class ControlPlane:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self._started = False
 
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        """The running child called ``name`` ("etcd", "kube-apiserver", "kube-controller-manager")."""
+        return next(p.popen for p in self._procs if p.name == name)
+
+    def respawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with its original argv (same ports, same data directory) once it has exited.
+
+        The previous log is kept as ``<name>.<n>.log``; testbed/faults_cp.py waits for readiness.
+        """
+        old = next(p for p in self._procs if p.name == name)
+        if old.popen.poll() is None:
+            raise ControlPlaneError(f"{name} is still running (pid {old.popen.pid}); kill it first")
+        old.log.rename(old.log.with_suffix(f".{len(list(self.logs_dir.glob(name + '.*.log')))}.log"))
+        popen = spawn(list(old.popen.args), old.log, self.workdir)  # type: ignore[arg-type]
+        self._procs[self._procs.index(old)] = _Process(name, popen, old.log)
+        return popen
+
     def log_tails(self, lines: int = 40) -> str:
         """The last ``lines`` lines of every process log, for error messages."""
         parts = [f"logs in {self.logs_dir}:"]

@@ -1,0 +1,57 @@
+"""A flaky API server: the HTTP fault proxy answers a seeded random share of matching requests with an error.
+
+`FlakyProxy` is testbed/faultproxy.py's `HttpFaultProxy` plus `flake(method, path, share, status, headers)`: each
+matching request is answered `status` (without being forwarded) with probability `share`, from a seeded random
+stream; everything else is forwarded. `clear()` removes the flakes with the rules. Used for API Priority and
+Fairness storms (429 with Retry-After) and overloaded apiservers (503).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.faultproxy import HttpFaultProxy, Rule
+
+
+@dataclass
+class _Flake:
+    method: re.Pattern[str]
+    path: re.Pattern[str]
+    share: float
+    answer: Rule
+
+
+class FlakyProxy(HttpFaultProxy):
+    def __init__(self, upstream: str, ca_file: str | Path, token: str, seed: int = 0) -> None:
+        super().__init__(upstream, ca_file, token)
+        self.random = random.Random(seed)
+        self.flakes: list[_Flake] = []
+        self.injected = 0
+
+    def flake(self, method: str, path: str, share: float, status: int, headers: dict[str, str] | None = None) -> None:
+        """Answer `status` to a `share` (0-1) of the requests whose method and path match the regexes."""
+        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+                "message": f"injected by the flaky proxy: HTTP {status}"}
+        answer = Rule(method, re.compile(path), "answer", status=status, body=body, headers=headers or {},
+                      times=None)
+        with self._lock:
+            self.flakes.append(_Flake(re.compile(method), re.compile(path), share, answer))
+
+    def clear(self) -> None:
+        super().clear()
+        with self._lock:
+            self.flakes.clear()
+
+    def _pick(self, method: str, path: str, query: str) -> Rule | None:
+        rule = super()._pick(method, path, query)
+        if rule is not None:
+            return rule
+        with self._lock:
+            for flake in self.flakes:
+                if flake.method.fullmatch(method) and flake.path.search(path) and self.random.random() < flake.share:
+                    self.injected += 1
+                    return flake.answer
+        return None

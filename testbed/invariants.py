@@ -1,0 +1,319 @@
+"""The invariant checker of the fault suite: after a scenario, read the API server and the audit log, list violations.
+
+`check()` returns human-readable violations (an empty list is a pass). Each names its invariant:
+
+* I1 no lost bind: every pod that got a valid BindRequest is bound to the `selectedNode` of a `Succeeded` one,
+  and no BindRequest of a bound pod is left `""`/`Pending`.
+* I2 no false status: `Succeeded` only for a pod (same uid as the owner) bound to `selectedNode`; `Failed` has a
+  reason, used its attempts and its pod is not bound there; a `PodBound` condition and `Bound` events agree with
+  the pod (`Scene.require_condition` also demands the condition on every pod a Succeeded BindRequest bound).
+* I3 no double bind: at most one `pods/binding` 201 per pod uid in the audit log.
+* I4 every bound fraction pod is complete: both ConfigMaps owned by it, `NVIDIA_VISIBLE_DEVICES` = the GPU ids of
+  the live reservation pods of its groups on its node (while the pod itself is live), `GPU_PORTION` = the portion,
+  group labels = exactly its `selectedGPUGroups`.
+* I5 no leaks: no reservation pod without a live user or an active BindRequest, no group with two live
+  reservation pods, no ConfigMap of an existing, unbound pod that has no active BindRequest.
+* I6 single writer: no write from a replica later than its last successful lease write + renew deadline + 1 s
+  once another replica has written the lease since (a replica frozen and woken may land the one write it had on
+  its way, within 1 s of waking: `Scene.woken`).
+* I7 no thread death: no uncaught traceback in a binder's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import names
+from common.kube.client import KubeClient, bindrequest_path, pod_path
+
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+@dataclass
+class Scene:
+    """What the checker looks at: workload namespaces, the reservation namespace, and optionally the audit."""
+
+    namespaces: list[str]
+    reservation_namespace: str
+    audit: list[dict[str, Any]] | None = None  # testbed.faults_cp.read_audit() output
+    since: float = 0.0  # epoch seconds: audit events before are another scenario's
+    replicas: dict[str, float] = field(default_factory=dict)  # audit username -> renew deadline (s)
+    invalid_pods: set[tuple[str, str]] = field(default_factory=set)  # pods whose BindRequests were bad on purpose
+    binder_logs: list[Path] = field(default_factory=list)
+    # audit username -> epoch seconds it was woken (SIGCONT): the one write it may have had on its way when it
+    # froze (checked against the lease before the freeze, sent after it) reaches the server then; I6 lets one
+    # write through within 1 s of waking, as issue 9's S12 allows.
+    woken: dict[str, float] = field(default_factory=dict)
+    # Also require a PodBound condition on every pod with a Succeeded BindRequest. Not a DECISIONS 2.2 promise
+    # (that one is "never a false condition"); a replica that exits with the condition write pending loses it.
+    require_condition: bool = False
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def expected_group_labels(groups: list[str]) -> dict[str, str]:
+    if len(groups) == 1:
+        return {names.GPU_GROUP_LABEL: groups[0]}
+    return {names.MULTI_GPU_GROUP_LABEL_PREFIX + g: g for g in groups}
+
+
+def group_labels(pod: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in (_meta(pod).get("labels") or {}).items()
+            if k == names.GPU_GROUP_LABEL or k.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)}
+
+
+def live(pod: dict[str, Any]) -> bool:
+    return not _meta(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+
+
+def active(bind_request: dict[str, Any]) -> bool:
+    """Not finished: the binder may still act on it (a Failed one with attempts left included)."""
+    status = bind_request.get("status") or {}
+    if status.get("phase") == names.PHASE_SUCCEEDED:
+        return False
+    limit = (bind_request.get("spec") or {}).get("backoffLimit") or 1
+    return not (status.get("phase") == names.PHASE_FAILED and int(status.get("failedAttempts") or 0) >= limit)
+
+
+class _Reader:
+    def __init__(self, client: KubeClient, scene: Scene) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.configmaps: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        for ns in scene.namespaces:
+            for pod in client.list_all(pod_path(ns)).get("items") or []:
+                self.pods[(ns, _meta(pod)["name"])] = pod
+            self.requests += client.list_all(bindrequest_path(ns)).get("items") or []
+            self.configmaps += client.list_all(f"/api/v1/namespaces/{ns}/configmaps").get("items") or []
+            self.events += client.list_all(f"/api/v1/namespaces/{ns}/events").get("items") or []
+        self.reservations = client.list_all(pod_path(scene.reservation_namespace)).get("items") or []
+        self.by_pod: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for br in self.requests:
+            self.by_pod[(_meta(br)["namespace"], (br.get("spec") or {}).get("podName"))].append(br)
+
+    def reservation_ids(self, node: str, group: str) -> list[str]:
+        return [(_meta(r).get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX, "")
+                for r in self.reservations
+                if live(r) and (r.get("spec") or {}).get("nodeName") == node
+                and (_meta(r).get("labels") or {}).get(names.GPU_GROUP_LABEL) == group]
+
+
+def check(client: KubeClient, scene: Scene) -> list[str]:
+    """Every violation of I1-I7 in `scene`, as one line each."""
+    state = _Reader(client, scene)
+    violations: list[str] = []
+    violations += _bind_outcomes(state, scene)
+    violations += _fraction_pods(state)
+    violations += _leaks(state)
+    if scene.audit is not None:
+        audit = [e for e in scene.audit if e["t_received"] >= scene.since]
+        violations += _double_binds(audit)
+        violations += _single_writer(audit, scene.replicas, scene.woken)
+    violations += _thread_deaths(scene.binder_logs)
+    return violations
+
+
+def _bind_outcomes(state: _Reader, scene: Scene) -> list[str]:
+    out = []
+    for key, pod in state.pods.items():
+        label = f"pod {key[0]}/{key[1]}"
+        node = (pod.get("spec") or {}).get("nodeName")
+        uid = _meta(pod)["uid"]
+        requests = state.by_pod.get(key, [])
+        owned = [br for br in requests
+                 if all(o.get("uid") == uid for o in _meta(br).get("ownerReferences") or [])]
+        succeeded = [br for br in owned if (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED]
+        if requests and key not in scene.invalid_pods:
+            if not node:
+                out.append(f"I1 lost bind: {label} is unbound; its BindRequests: {_phases(requests)}")
+            elif not any(br["spec"].get("selectedNode") == node for br in succeeded):
+                out.append(f"I1 lost bind: {label} is bound to {node} with no Succeeded BindRequest for it: "
+                           f"{_phases(requests)}")
+        for br in requests:
+            out += _bind_request_truth(br, pod, owned)
+        condition = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                          if c.get("type") == names.POD_BOUND_CONDITION), None)
+        if condition is not None and (condition.get("status") == "True") != bool(node):
+            out.append(f"I2 false status: {label} has PodBound={condition.get('status')} but nodeName={node!r}")
+        if scene.require_condition and node and succeeded and condition is None:
+            out.append(f"I2 false status: {label} is bound with a Succeeded BindRequest but has no PodBound condition")
+        bound_events = [e for e in state.events if e.get("reason") == "Bound"
+                        and (e.get("involvedObject") or {}).get("uid") == uid]
+        if bound_events and not node:
+            out.append(f"I2 false status: {label} has a Bound event but is not bound")
+    return out
+
+
+def _phases(requests: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{_meta(br)['name']}={(br.get('status') or {}).get('phase') or '-'}"
+                     f"({(br.get('status') or {}).get('reason') or ''})" for br in requests)
+
+
+def _bind_request_truth(br: dict[str, Any], pod: dict[str, Any], owned: list[dict[str, Any]]) -> list[str]:
+    label = f"BindRequest {_meta(br)['namespace']}/{_meta(br)['name']}"
+    status = br.get("status") or {}
+    phase = status.get("phase") or ""
+    node = (pod.get("spec") or {}).get("nodeName")
+    target = (br.get("spec") or {}).get("selectedNode")
+    if phase == names.PHASE_SUCCEEDED and (node != target or br not in owned):
+        return [f"I2 false status: {label} is Succeeded but its pod is on {node!r}, not {target!r} "
+                f"(or is another pod of that name)"]
+    if phase == names.PHASE_FAILED:
+        limit = (br.get("spec") or {}).get("backoffLimit") or 1
+        if not status.get("reason"):
+            return [f"I2 false status: {label} is Failed without a reason"]
+        if int(status.get("failedAttempts") or 0) < limit:
+            return [f"I2 false status: {label} is Failed with attempts left and was never retried: {status}"]
+        if node and node == target and br in owned:
+            return [f"I2 false status: {label} is Failed but its pod is bound to {node}"]
+    if phase in ("", names.PHASE_PENDING) and node and br in owned:
+        return [f"I1 lost report: {label} is {phase or 'without a phase'} for a pod bound to {node}"]
+    return []
+
+
+def _fraction_pods(state: _Reader) -> list[str]:
+    out = []
+    configmaps = {(_meta(c)["namespace"], _meta(c)["name"]): c for c in state.configmaps}
+    for key, pod in state.pods.items():
+        node = (pod.get("spec") or {}).get("nodeName")
+        uid = _meta(pod)["uid"]
+        done = [br for br in state.by_pod.get(key, []) if (br.get("status") or {}).get("phase") ==
+                names.PHASE_SUCCEEDED and br["spec"].get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
+                and br["spec"].get("selectedNode") == node]
+        if not node or not done:
+            continue
+        spec = done[0]["spec"]
+        label = f"I4 incomplete fraction pod {key[0]}/{key[1]}"
+        groups = spec.get("selectedGPUGroups") or []
+        if group_labels(pod) != expected_group_labels(groups):
+            out.append(f"{label}: group labels {group_labels(pod)} != groups {groups}")
+        prefix = (_meta(pod).get("annotations") or {}).get(names.SHARED_GPU_CONFIGMAP, "")
+        wanted = [f"{prefix}-0", f"{prefix}-0-evar"]
+        for name in wanted:
+            cm = configmaps.get((key[0], name))
+            if cm is None:
+                out.append(f"{label}: ConfigMap {name} missing")
+            elif [o.get("uid") for o in _meta(cm).get("ownerReferences") or []] != [uid]:
+                out.append(f"{label}: ConfigMap {name} not owned by the pod: {_meta(cm).get('ownerReferences')}")
+        cm = configmaps.get((key[0], wanted[0]))
+        if cm is None or not live(pod):
+            continue  # a finished pod holds no GPU: its reservation pods may rightly be gone
+        ids = []
+        for group in groups:
+            found = state.reservation_ids(node, group)
+            if len(found) != 1 or not found[0]:
+                out.append(f"{label}: group {group} on {node} has live reservation GPU ids {found}")
+            ids += found[:1]
+        data = cm.get("data") or {}
+        if data.get(names.NVIDIA_VISIBLE_DEVICES) != ",".join(ids):
+            out.append(f"{label}: NVIDIA_VISIBLE_DEVICES={data.get(names.NVIDIA_VISIBLE_DEVICES)!r}, the live "
+                       f"reservation pods hold {','.join(ids)!r}")
+        portion = (spec.get("receivedGPU") or {}).get("portion")
+        if data.get(names.GPU_PORTION) != portion:
+            out.append(f"{label}: GPU_PORTION={data.get(names.GPU_PORTION)!r}, portion {portion!r}")
+    return out
+
+
+def _leaks(state: _Reader) -> list[str]:
+    out = []
+    users: set[tuple[str, str]] = set()  # (node, group) with a live user pod or an active BindRequest
+    for pod in state.pods.values():
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and live(pod):
+            users.update((node, g) for g in group_labels(pod).values())
+    for br in state.requests:
+        if active(br):
+            spec = br.get("spec") or {}
+            users.update((spec.get("selectedNode"), g) for g in spec.get("selectedGPUGroups") or [])
+    per_group: Counter[tuple[str, str]] = Counter()
+    for rsv in state.reservations:
+        if not live(rsv):
+            continue
+        where = ((rsv.get("spec") or {}).get("nodeName"), (_meta(rsv).get("labels") or {}).get(names.GPU_GROUP_LABEL))
+        per_group[where] += 1
+        if where not in users:
+            out.append(f"I5 leaked reservation pod {_meta(rsv)['name']} (node {where[0]}, group {where[1]}): "
+                       "no live user and no active BindRequest")
+    out += [f"I5 group {g} on node {n} has {c} live reservation pods" for (n, g), c in per_group.items() if c > 1]
+    for cm in state.configmaps:
+        for owner in _meta(cm).get("ownerReferences") or []:
+            key = (_meta(cm)["namespace"], owner.get("name"))
+            pod = state.pods.get(key)
+            if pod is None or _meta(pod)["uid"] != owner.get("uid") or (pod.get("spec") or {}).get("nodeName"):
+                continue
+            if not any(active(br) for br in state.by_pod.get(key, [])):
+                out.append(f"I5 leaked ConfigMap {key[0]}/{_meta(cm)['name']}: its pod is unbound and has no "
+                           "active BindRequest")
+    return out
+
+
+def _double_binds(audit: list[dict[str, Any]]) -> list[str]:
+    bindings: Counter[str] = Counter()
+    for event in audit:
+        ref = event.get("objectRef") or {}
+        if (ref.get("resource"), ref.get("subresource"), event.get("verb")) != ("pods", "binding", "create"):
+            continue
+        if (event.get("responseStatus") or {}).get("code") != 201:
+            continue
+        uid = (_meta(event.get("requestObject") or {})).get("uid") or f"{ref.get('namespace')}/{ref.get('name')}"
+        bindings[uid] += 1
+    return [f"I3 double bind: pod uid {uid} has {n} Binding 201s" for uid, n in bindings.items() if n > 1]
+
+
+def _single_writer(audit: list[dict[str, Any]], replicas: dict[str, float],
+                   woken: dict[str, float] | None = None) -> list[str]:
+    if not replicas:
+        return []
+    on_the_wire = dict.fromkeys(woken or {}, 1)
+    renews: list[tuple[float, str]] = []  # (time the lease write completed, replica)
+    writes: list[tuple[float, str, str]] = []
+    for event in audit:
+        user = (event.get("user") or {}).get("username")
+        if user not in replicas or event.get("verb") not in WRITE_VERBS:
+            continue
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code") or 0
+        if ref.get("resource") == "leases":
+            if code < 300:
+                renews.append((event["t_done"], user))
+        else:
+            writes.append((event["t_received"], user, f"{event['verb']} {event.get('requestURI')}"))
+    renews.sort()
+    out = []
+    for when, user, what in writes:
+        mine = [t for t, u in renews if u == user and t <= when]
+        last = mine[-1] if mine else None
+        if last is not None and when <= last + replicas[user] + 1.0:
+            continue
+        others = [t for t, u in renews if u != user and (last is None or t > last) and t <= when]
+        if last is None or others:
+            if user in on_the_wire and on_the_wire[user] and 0 <= when - (woken or {})[user] <= 1.0:
+                on_the_wire[user] -= 1
+                continue
+            out.append(f"I6 write by {user} {when - (last or when):.1f} s after its last lease write "
+                       f"(another replica renewed {len(others)} times since): {what}")
+    return out
+
+
+def _thread_deaths(logs: Iterable[Path]) -> list[str]:
+    out = []
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    json.loads(line)
+                    continue
+                except ValueError:
+                    pass
+            if line.startswith("Exception in thread") or line.startswith("Traceback"):
+                out.append(f"I7 uncaught exception in {path.name}: {line}")
+    return out
