@@ -112,6 +112,7 @@ class Pipeline:
             groups = st.spec(ctx.bind_request).get("selectedGPUGroups") or []
             if not groups:
                 raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
+            self._drop_stale_groups(ctx, groups)
             gpu_ids: list[str] = []
             for group in groups:
                 started = time.monotonic()
@@ -139,6 +140,24 @@ class Pipeline:
                 plugin.postbind(ctx)
             except Exception:  # noqa: BLE001 - PostBind cannot fail a bind that went through
                 log.exception("plugin %s failed in PostBind", plugin.name, extra=fields)
+
+    def _drop_stale_groups(self, ctx: BindContext, groups: list[str]) -> None:
+        """Labels are reconciled to exactly `groups` (M2): an attempt for an earlier placement (cut short by a
+        crash, its rollback skipped) may have left others, each keeping a reservation pod alive. Those
+        groups are synced right away, so their unused reservation pods go."""
+        drop = getattr(self.reservation, "drop_stale_group_labels", None)
+        if drop is None:
+            return
+        try:
+            stale = drop(ctx.pod, groups)
+        except Exception as error:  # noqa: BLE001
+            raise BindFailure("reservation", str(error)) from error
+        for group in stale:
+            try:
+                self.reservation.sync_for_gpu_group(group, fresh=True)  # the cache still shows the label
+            except Exception as error:  # noqa: BLE001 - a later sync retries; this bind does not need it
+                log.warning("sync of gpu group %s after removing its label failed: %s", group, error,
+                            extra=ctx.log_fields())
 
     def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
         ns, name = ctx.namespace, ctx.pod_name
