@@ -80,7 +80,8 @@ class BinderApp:
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event, self.reporter, self._success_written)
+                                                self.record_event, self.reporter, self._success_written,
+                                                self._failure_written)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
         self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
@@ -120,6 +121,13 @@ class BinderApp:
         meta = bind_request.get("metadata") or {}
         pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
         if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+                if st.is_group_name(group):
+                    self.group_queue.add(group)
+
+    def _failure_written(self, bind_request: dict) -> None:
+        """A failure is written: the BindRequest no longer keeps the reservation pods its attempt created."""
+        if st.is_fraction(bind_request):
             for group in st.spec(bind_request).get("selectedGPUGroups") or []:
                 if st.is_group_name(group):
                     self.group_queue.add(group)

@@ -61,7 +61,8 @@ class Attempt:
 class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
                  record_event: Any, reporter: BackgroundReporter | None = None,
-                 on_success_written: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_success_written: Callable[[dict[str, Any]], None] | None = None,
+                 on_failure_written: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
@@ -70,6 +71,7 @@ class BindRequestController:
         # Success reports (status, condition, event) wait behind binds; see binder/reporter.py.
         self.reporter = reporter
         self.on_success_written = on_success_written
+        self.on_failure_written = on_failure_written
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
@@ -255,6 +257,9 @@ class BindRequestController:
             return st.decide_success(current) if error is None else st.decide_failure(current, error)
 
         written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields)
+        if written and attempt.error is not None and self.on_failure_written is not None:
+            # No longer an active BindRequest: what its rollback had to keep can go now (L4).
+            self.on_failure_written(bind_request)
         retry = decision.retry
         if attempt.error is not None and not written:
             # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.
