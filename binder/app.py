@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -237,8 +238,14 @@ class BinderApp:
                 endpoint.start()
                 self.endpoints.append(endpoint)
         self.caches.start()
-        if not self.caches.wait_synced(sync_timeout):
-            raise RuntimeError("caches did not sync")
+        # Interruptible: a SIGTERM (stop_event_loop) while the API server is unreachable ends start-up (L5).
+        deadline = None if sync_timeout is None else time.monotonic() + sync_timeout
+        while not self.caches.wait_synced(0.2):
+            if self.stopped.is_set():
+                log.info("stopped before the caches synced")
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError("caches did not sync")
         log.info("caches synced", extra={"fields": {"pods": len(self.caches.pods), "nodes": len(self.caches.nodes),
                                                     "bindrequests": len(self.caches.bindrequests)}})
         if self.settings.leader_elect:
@@ -264,6 +271,7 @@ class BinderApp:
         self.queue.shutdown()
         self.group_queue.shutdown()
         timeout = 0.0 if self.lost_lease else self.settings.shutdown_timeout_s
+        budget_end = time.monotonic() + timeout  # the whole drain, reports and events included (L5)
         deadline = threading.Event()
         timer = threading.Timer(timeout, deadline.set)
         timer.start()
@@ -274,8 +282,8 @@ class BinderApp:
         finished = not any(thread.is_alive() for thread in self.workers)
         if not finished:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
-        self.reporter.flush(min(10.0, timeout))
-        self.record_event.flush(min(5.0, timeout))
+        self.reporter.flush(max(0.0, budget_end - time.monotonic()))
+        self.record_event.flush(max(0.0, min(5.0, budget_end - time.monotonic())))
         self.reporter.stop()
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)
