@@ -102,6 +102,14 @@ class Pipeline:
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
+        for plugin in self.plugins:
+            precheck = getattr(plugin, "precheck", None)
+            if precheck is None:
+                continue
+            try:
+                precheck(ctx)
+            except Exception as error:  # noqa: BLE001 - PreBind's own message, before any side effect (L6)
+                raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
         try:
             self.reservation.sync_for_node(node_name)
         except Exception as error:  # noqa: BLE001 - every failure becomes a readable status.reason
