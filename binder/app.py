@@ -91,28 +91,39 @@ class BinderApp:
         self.workers: list[threading.Thread] = []
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
+        self.working = threading.Event()  # set once this process may bind (leader, or no leader election)
         self.lost_lease = False
         self._register_handlers()
 
     # ------------------------------------------------------------------ triggers
     def _register_handlers(self) -> None:
         self.caches.bindrequests.add_handlers(EventHandlers(
-            on_add=lambda br: self.queue.add(object_key(br)),
+            on_add=lambda br: self._enqueue(object_key(br)),
             on_update=self._on_bindrequest_update,
             on_delete=self._on_bindrequest_delete,
         ))
         self.caches.pods.add_handlers(EventHandlers(on_update=self._on_pod_update, on_delete=self._on_pod_delete))
 
+    def _enqueue(self, key: str) -> None:
+        """Only a process that works queues anything: a standby's queues would keep every key it ever saw
+        (M8); at promotion _start_working replays the cache instead, as controller-runtime does."""
+        if self.working.is_set():
+            self.queue.add(key)
+
+    def _enqueue_group(self, group: str) -> None:
+        if self.working.is_set():
+            self.group_queue.add(group)
+
     def _on_bindrequest_update(self, old: dict, new: dict) -> None:
         if st.should_enqueue_update(old, new):
-            self.queue.add(object_key(new))
+            self._enqueue(object_key(new))
 
     def _on_bindrequest_delete(self, bind_request: dict) -> None:
         """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
         if st.is_fraction(bind_request):
             for group in st.spec(bind_request).get("selectedGPUGroups") or []:
                 if st.is_group_name(group):
-                    self.group_queue.add(group)
+                    self._enqueue_group(group)
 
     def _success_written(self, bind_request: dict) -> None:
         """A success report landed. If the pod already finished or is gone, the group syncs its completion
@@ -142,12 +153,12 @@ class BinderApp:
         new_phase = (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in FINISHED_PHASES and self._relevant(new):
             for group in pod_gpu_group_index(new):
-                self.group_queue.add(group)
+                self._enqueue_group(group)
 
     def _on_pod_delete(self, pod: dict) -> None:
         if self._relevant(pod):
             for group in pod_gpu_group_index(pod):
-                self.group_queue.add(group)
+                self._enqueue_group(group)
 
     # ------------------------------------------------------------------ workers
     def _bind_worker(self) -> None:
@@ -189,8 +200,13 @@ class BinderApp:
                 self.group_queue.done(group)
 
     def _start_working(self) -> None:
-        """Runs once this process may act: start-up GC (never fatal), then the workers."""
+        """Runs once this process may act: start-up GC (never fatal), then the workers, then every
+        BindRequest the cache holds (a standby queued nothing; groups are covered by the start-up GC)."""
         self.metrics.leader.set(1)
+        self.working.set()
+        for bind_request in self.caches.bindrequests.list():
+            if st.needs_binding(bind_request):
+                self.queue.add(object_key(bind_request))
         threading.Thread(target=self._startup_sync, name="startup-sync", daemon=True).start()
         for i in range(self.settings.max_concurrent_reconciles):
             thread = threading.Thread(target=self._bind_worker, name=f"bind-worker-{i}", daemon=True)

@@ -12,9 +12,12 @@ import time
 
 import pytest
 import requests
-from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for
+from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for, wait_phase
 
 from binder.kube.client import pod_path
+from binder.leader import lease_path, micro_time
+from binder.settings import LEADER_ELECTION_ID
+from common import names
 
 pytestmark = pytest.mark.apiserver
 
@@ -100,3 +103,26 @@ def test_liveness_fails_when_the_elector_is_wedged(binder, kube, namespace):
         assert "renew" in wait_for("liveness failing", failing, timeout=RENEW + 5)
     finally:
         wedge.set()
+
+
+def test_a_standby_queues_nothing_and_binds_the_backlog_once_it_leads(binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    # Another replica leads (a fresh record: this one must wait a whole lease duration before taking over).
+    kube.create(lease_path(namespace), {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                        "metadata": {"name": LEADER_ELECTION_ID},
+                                        "spec": {"holderIdentity": "binder-b", "leaseDurationSeconds": 3600,
+                                                 "renewTime": micro_time(), "leaseTransitions": 0}})
+    app = binder(*leader_flags(namespace))
+    for i in range(30):
+        make_pod(kube, namespace, f"s{i}")
+        make_bind_request(kube, namespace, f"s{i}", node)
+    wait_for("the standby's cache holds the BindRequests", lambda: len(app.caches.bindrequests) >= 30)
+    assert not app.elector.leading.is_set()
+    assert app.queue.pending() == 0 and app.group_queue.pending() == 0  # M8: a standby keeps no keys
+
+    # The other replica releases the lease: this one leads and binds what its cache holds.
+    lease = kube.get(lease_path(namespace, LEADER_ELECTION_ID))
+    lease["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1})
+    kube.replace(lease_path(namespace, LEADER_ELECTION_ID), lease)
+    for i in range(30):
+        wait_phase(kube, namespace, f"s{i}", names.PHASE_SUCCEEDED)
