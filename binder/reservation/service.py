@@ -96,12 +96,18 @@ class ReservationService:
         log.info("start-up reservation sync done", extra={"fields": {"groups": len(groups)}})
 
     def sync_for_node(self, node_name: str) -> None:
-        """GC of every group of the grouped pods on the node; tries all groups, raises the first error."""
+        """GC of every group of the grouped pods on the node; tries all groups, raises the first error.
+
+        A group whose lock is held (a reservation of up to the allocation timeout, another sync) is skipped,
+        not waited for: whoever holds it is working on that group, and a bind on the node must not queue
+        behind it (M7)."""
         groups = sorted({group for pod in self.reads.grouped_pods_on_node(node_name) for group in gpu_groups_of(pod)})
         first_error: Exception | None = None
         for group in groups:
             try:
-                self.sync_for_gpu_group(group)
+                with self.locks.hold(group, blocking=False) as held:
+                    if held:
+                        self._sync_group_locked(group)
             except Exception as error:  # noqa: BLE001
                 log.warning("reservation sync failed for gpu group %s: %s", group, error, extra={"node": node_name})
                 first_error = first_error or error

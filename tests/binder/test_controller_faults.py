@@ -94,3 +94,25 @@ def test_a_failed_bind_whose_rollback_finds_the_pod_bound_reports_what_is_true(b
     status_writes = [body for path, body in client.writes if "bindrequests" in path]
     assert status_writes and status_writes[0]["status"]["phase"] == phase
     assert events[0][1] == ("Normal" if phase == names.PHASE_SUCCEEDED else "Warning")
+
+
+def test_a_failing_clean_up_of_other_groups_on_the_node_does_not_fail_the_bind():
+    from binder.pipeline import Pipeline
+
+    class Reservation:
+        def sync_for_node(self, node):
+            raise RuntimeError("an orphan pod of another group cannot be deleted")
+
+    class BindingClient:
+        def __init__(self):
+            self.created = []
+
+        def create(self, path, body):
+            self.created.append(path)
+            return {}
+
+    client = BindingClient()
+    pipeline = Pipeline(client, Reservation(), plugins=[])
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
+    pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))
+    assert client.created == ["/api/v1/namespaces/ns/pods/p/binding"]
