@@ -12,9 +12,18 @@ import time
 
 import pytest
 import requests
-from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for, wait_phase
+from binder_e2e_kit import (
+    configmaps,
+    exists,
+    make_bind_request,
+    make_pod,
+    reservation_name,
+    run_binder_process,
+    wait_for,
+    wait_phase,
+)
 
-from binder.kube.client import pod_path
+from binder.kube.client import ApiError, pod_path
 from binder.leader import lease_path, micro_time
 from binder.settings import LEADER_ELECTION_ID
 from common import names
@@ -126,3 +135,28 @@ def test_a_standby_queues_nothing_and_binds_the_backlog_once_it_leads(binder, ku
     kube.replace(lease_path(namespace, LEADER_ELECTION_ID), lease)
     for i in range(30):
         wait_phase(kube, namespace, f"s{i}", names.PHASE_SUCCEEDED)
+
+
+def test_a_leader_process_cut_off_from_its_lease_exits_by_its_renew_deadline(
+        fault_proxy, control_plane, bindrequest_crd, kube, namespace, reservation_namespace, tmp_path):
+    def holder() -> str | None:
+        try:
+            return kube.get(lease_path(namespace, LEADER_ELECTION_ID))["spec"].get("holderIdentity")
+        except ApiError:
+            return None
+
+    binder_process = run_binder_process(
+        control_plane, "--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+        *leader_flags(namespace), "--resource-reservation-namespace", reservation_namespace,
+        "--health-probe-bind-address", "0", "--metrics-bind-address", "0", log_path=tmp_path / "binder.log")
+    try:
+        wait_for("binder-a leads", lambda: holder() == "binder-a", timeout=60)
+        cut = time.monotonic()
+        fault_proxy.hang("*", r"/leases", times=None)
+        # No renew within the renew deadline: the process gives up, drains nothing, and exits 1.
+        assert binder_process.wait(timeout=RENEW + 5) == 1
+        assert time.monotonic() - cut <= RENEW + 3
+    finally:
+        if binder_process.poll() is None:
+            binder_process.kill()
+            binder_process.wait(timeout=10)
