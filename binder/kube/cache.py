@@ -183,7 +183,7 @@ class Informer:
 
     # ------------------------------------------------------------------ list / watch loop
     def _relist(self) -> None:
-        listed = self.client.list_all(self.path, self.params)
+        listed = self.client.list_all(self.path, self.params, transform=self.slim)
         fresh = {object_key(obj): self.slim(obj) for obj in listed.get("items") or []}
         with self._lock:
             gone = [(key, obj) for key, obj in self._store.items() if key not in fresh]
