@@ -32,6 +32,7 @@ from common.probes import HttpEndpoint, health_routes, metrics_routes
 log = logging.getLogger("binder")
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 FINISHED_PHASES = ("Succeeded", "Failed")
+LEADERLESS_LEASES = 3  # readiness fails once no replica held the lease for this many lease durations
 
 
 def default_identity() -> str:
@@ -236,6 +237,10 @@ class BinderApp:
         if self.settings.leader_elect:
             if self.elector is None or self.lost_lease:
                 return False, "leader election not running"
+            leaderless = self.elector.leaderless_for()
+            if leaderless > LEADERLESS_LEASES * self.settings.lease_duration_s:
+                # Nobody can take the lease (RBAC, a missing namespace, the API refusing it): say so (M9).
+                return False, f"no replica has held the leader lease for {leaderless:.0f}s"
             return True, "leading" if self.elector.leading.is_set() else "standing by"
         return True, "ok"
 

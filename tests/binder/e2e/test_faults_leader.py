@@ -160,3 +160,19 @@ def test_a_leader_process_cut_off_from_its_lease_exits_by_its_renew_deadline(
         if binder_process.poll() is None:
             binder_process.kill()
             binder_process.wait(timeout=10)
+
+
+def test_readiness_fails_when_no_replica_can_take_the_lease(fault_proxy, binder, kube, namespace, tmp_path):
+    # RBAC or a missing namespace: every lease call is refused, so nobody ever leads.
+    fault_proxy.answer("*", r"/leases", 403, times=None)
+    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+                 *leader_flags(namespace))
+    url = f"http://127.0.0.1:{app.endpoints[0].port}/readyz"
+
+    def not_ready() -> str | None:
+        answer = requests.get(url, timeout=2)
+        return answer.text if answer.status_code == 503 else None
+
+    # Three lease durations (4 s each) without any leader: not ready, and it says why.
+    assert "no replica has held the leader lease" in wait_for("readiness failing", not_ready, timeout=20)
+    assert not app.elector.leading.is_set()
