@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from binder import status as st
-from binder.kube.client import ApiError, KubeClient, pod_path
+from binder.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
 from common import names
 
@@ -41,13 +41,28 @@ class BindOutcomeUnknown(Exception):
     """The Binding got no answer (timeout, reset) or a 5xx, and the pod was not (yet) seen bound.
 
     The server may still commit it until `decide_after` (time.monotonic()): the request's start plus the
-    apiserver's request timeout. Nothing may be rolled back before a read made after that moment; the
-    message is the failure to report if that read finds the pod unbound.
+    apiserver's request timeout. Nothing may be rolled back before a read made after that moment; if that
+    read finds the pod unbound, the controller simply binds again.
     """
 
     def __init__(self, message: str, decide_after: float) -> None:
         super().__init__(message)
         self.decide_after = decide_after
+
+
+def transient_cause(error: BaseException) -> ApiError | None:
+    """The API error behind a failed step when it says nothing about the bind itself: no answer, a 5xx,
+    throttling, or a write refused for want of the lease. Such an attempt is rolled back but not counted
+    (M5): only a bind that really failed uses up one of the BindRequest's attempts."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (TransportError, FencedError)) or (
+                isinstance(current, ApiError) and (current.status >= 500 or current.status == 429)):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def bind_annotations(bind_request: dict[str, Any]) -> dict[str, str]:

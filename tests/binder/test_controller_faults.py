@@ -116,3 +116,40 @@ def test_a_failing_clean_up_of_other_groups_on_the_node_does_not_fail_the_bind()
     pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
     pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))
     assert client.created == ["/api/v1/namespaces/ns/pods/p/binding"]
+
+
+class CutShortByTheApi(BindsButAnswersNo):
+    """A bind whose label PATCH got no answer: rolled back, nothing found bound."""
+
+    def __init__(self, cause):
+        super().__init__("")
+        self.cause = cause
+
+    def bind(self, ctx):
+        from binder.pipeline import BindFailure
+
+        try:
+            raise self.cause
+        except ApiError as error:
+            raise BindFailure("reservation", f"failed to reserve GPUs: {error}") from error
+
+
+@pytest.mark.parametrize(("cause", "counted"), [
+    (TransportError("PATCH", "/api/v1/namespaces/ns/pods/p", ConnectionResetError("reset")), False),
+    (ApiError(503, "ServiceUnavailable", "etcd timeout"), False),
+    (ApiError(422, "Invalid", "the label value is invalid"), True),
+])
+def test_an_attempt_cut_short_by_the_api_is_rolled_back_and_retried_without_counting(cause, counted):
+    caches = Caches()
+    caches.pods = Store({"p": {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}})
+    caches.nodes = Store({"n1": {"metadata": {"name": "n1"}}})
+    caches.bindrequests.store_local = lambda obj: None
+    client = Client(AssertionError("no read expected"))
+    controller = BindRequestController(client, caches, pipeline=CutShortByTheApi(cause), metrics=BinderMetrics(),
+                                       record_event=lambda *args: None)
+    result = controller.reconcile("ns/p")
+    status_writes = [body for path, body in client.writes if "bindrequests" in path]
+    if counted:
+        assert status_writes[0]["status"]["failedAttempts"] == 1
+    else:
+        assert status_writes == [] and result.retry is True
