@@ -21,7 +21,7 @@ from binder_e2e_kit import (
 from binder.kube.client import pod_path
 from common import names
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 CLIENT_TIMEOUT = ("--client-timeout", "2", "--apiserver-request-timeout", "6")
 

@@ -32,7 +32,7 @@ from testbed.controlplane import ControlPlane
 from testbed.faults import ControlPlaneFaults
 from testbed.kube import api_client, apply_crds, create_gpu_node, create_namespace
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 OUTAGE_S = 5.0
 

@@ -28,7 +28,7 @@ from binder.leader import lease_path, micro_time
 from binder.settings import LEADER_ELECTION_ID
 from common import names
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 RENEW = 2.0
 WRITES = ("POST", "PUT", "PATCH", "DELETE")

@@ -12,7 +12,7 @@ from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, rese
 from binder.kube.client import pod_path
 from common import names
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 
 def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
