@@ -50,6 +50,12 @@ class BindOutcomeUnknown(Exception):
         self.decide_after = decide_after
 
 
+def _storage_unavailable(error: ApiError) -> bool:
+    """An answer that only says etcd could not be reached: kube-apiserver wraps such storage errors in other
+    codes too (a Binding gets 409 "Operation cannot be fulfilled ... rpc error: code = Unavailable")."""
+    return "rpc error: code = unavailable" in error.message.lower() or "etcdserver: " in error.message
+
+
 def transient_cause(error: BaseException) -> ApiError | None:
     """The API error behind a failed step when it says nothing about the bind itself: no answer, a 5xx,
     throttling, or a write refused for want of the lease. Such an attempt is rolled back but not counted
@@ -59,7 +65,8 @@ def transient_cause(error: BaseException) -> ApiError | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, (TransportError, FencedError)) or (
-                isinstance(current, ApiError) and (current.status >= 500 or current.status == 429)):
+                isinstance(current, ApiError) and (current.status >= 500 or current.status == 429
+                                                   or _storage_unavailable(current))):
             return current
         current = current.__cause__ or current.__context__
     return None
@@ -199,6 +206,10 @@ class Pipeline:
             current = self.client.get(pod_path(ns, name))
         except ApiError as error:
             log.warning("binding failed and the pod could not be re-read: %s", error, extra=ctx.log_fields())
+            if unknown is None and transient_cause(error) is not None:
+                # Whatever the Binding's answer said, nobody can tell now whether the pod is bound (a 409
+                # "already assigned" can be to this very node): decide later, never roll back now.
+                unknown = BindOutcomeUnknown(message, started + self.apiserver_request_timeout_s)
             raise (unknown or BindFailure("binding", message)) from cause
         if pod_bound_to(current, ctx.pod, node_name):
             log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",

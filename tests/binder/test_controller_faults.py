@@ -153,3 +153,32 @@ def test_an_attempt_cut_short_by_the_api_is_rolled_back_and_retried_without_coun
         assert status_writes[0]["status"]["failedAttempts"] == 1
     else:
         assert status_writes == [] and result.retry is True
+
+
+def test_a_binding_refused_because_etcd_was_unreachable_is_not_a_failed_bind():
+    from binder.pipeline import transient_cause
+
+    answer = ApiError(409, "Conflict", 'Operation cannot be fulfilled on pods/binding "p": rpc error: code = '
+                                       "Unavailable desc = error reading from server: connection reset by peer")
+    assert transient_cause(answer) is answer
+    assert transient_cause(ApiError(409, "Conflict", 'pod p is already assigned to node "n2"')) is None
+
+
+def test_a_binding_error_followed_by_a_failed_re_read_leaves_the_outcome_undecided():
+    from binder.pipeline import BindOutcomeUnknown, Pipeline
+
+    class Reservation:
+        def sync_for_node(self, node):
+            return None
+
+    class Client:
+        def create(self, path, body):
+            raise ApiError(409, "Conflict", "pod p is already assigned to node \"n1\"")
+
+        def get(self, path, params=None):
+            raise TransportError("GET", path, TimeoutError("read timed out"))
+
+    pipeline = Pipeline(Client(), Reservation(), plugins=[], apiserver_request_timeout_s=60)
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
+    with pytest.raises(BindOutcomeUnknown):  # maybe bound to this very node: never roll back now
+        pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))
