@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -31,6 +32,7 @@ from common.probes import HttpEndpoint, health_routes, metrics_routes
 log = logging.getLogger("binder")
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 FINISHED_PHASES = ("Succeeded", "Failed")
+LEADERLESS_LEASES = 3  # readiness fails once no replica held the lease for this many lease durations
 
 
 def default_identity() -> str:
@@ -80,7 +82,8 @@ class BinderApp:
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event, self.reporter, self._success_written)
+                                                self.record_event, self.reporter, self._success_written,
+                                                self._failure_written)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
         self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
@@ -89,28 +92,39 @@ class BinderApp:
         self.workers: list[threading.Thread] = []
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
+        self.working = threading.Event()  # set once this process may bind (leader, or no leader election)
         self.lost_lease = False
         self._register_handlers()
 
     # ------------------------------------------------------------------ triggers
     def _register_handlers(self) -> None:
         self.caches.bindrequests.add_handlers(EventHandlers(
-            on_add=lambda br: self.queue.add(object_key(br)),
+            on_add=lambda br: self._enqueue(object_key(br)),
             on_update=self._on_bindrequest_update,
             on_delete=self._on_bindrequest_delete,
         ))
         self.caches.pods.add_handlers(EventHandlers(on_update=self._on_pod_update, on_delete=self._on_pod_delete))
 
+    def _enqueue(self, key: str) -> None:
+        """Only a process that works queues anything: a standby's queues would keep every key it ever saw
+        (M8); at promotion _start_working replays the cache instead, as controller-runtime does."""
+        if self.working.is_set():
+            self.queue.add(key)
+
+    def _enqueue_group(self, group: str) -> None:
+        if self.working.is_set():
+            self.group_queue.add(group)
+
     def _on_bindrequest_update(self, old: dict, new: dict) -> None:
         if st.should_enqueue_update(old, new):
-            self.queue.add(object_key(new))
+            self._enqueue(object_key(new))
 
     def _on_bindrequest_delete(self, bind_request: dict) -> None:
         """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
         if st.is_fraction(bind_request):
             for group in st.spec(bind_request).get("selectedGPUGroups") or []:
                 if st.is_group_name(group):
-                    self.group_queue.add(group)
+                    self._enqueue_group(group)
 
     def _success_written(self, bind_request: dict) -> None:
         """A success report landed. If the pod already finished or is gone, the group syncs its completion
@@ -124,6 +138,13 @@ class BinderApp:
                 if st.is_group_name(group):
                     self.group_queue.add(group)
 
+    def _failure_written(self, bind_request: dict) -> None:
+        """A failure is written: the BindRequest no longer keeps the reservation pods its attempt created."""
+        if st.is_fraction(bind_request):
+            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+                if st.is_group_name(group):
+                    self.group_queue.add(group)
+
     def _relevant(self, pod: dict) -> bool:
         return (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
 
@@ -133,12 +154,12 @@ class BinderApp:
         new_phase = (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in FINISHED_PHASES and self._relevant(new):
             for group in pod_gpu_group_index(new):
-                self.group_queue.add(group)
+                self._enqueue_group(group)
 
     def _on_pod_delete(self, pod: dict) -> None:
         if self._relevant(pod):
             for group in pod_gpu_group_index(pod):
-                self.group_queue.add(group)
+                self._enqueue_group(group)
 
     # ------------------------------------------------------------------ workers
     def _bind_worker(self) -> None:
@@ -180,8 +201,13 @@ class BinderApp:
                 self.group_queue.done(group)
 
     def _start_working(self) -> None:
-        """Runs once this process may act: start-up GC (never fatal), then the workers."""
+        """Runs once this process may act: start-up GC (never fatal), then the workers, then every
+        BindRequest the cache holds (a standby queued nothing; groups are covered by the start-up GC)."""
         self.metrics.leader.set(1)
+        self.working.set()
+        for bind_request in self.caches.bindrequests.list():
+            if st.needs_binding(bind_request):
+                self.queue.add(object_key(bind_request))
         threading.Thread(target=self._startup_sync, name="startup-sync", daemon=True).start()
         for i in range(self.settings.max_concurrent_reconciles):
             thread = threading.Thread(target=self._bind_worker, name=f"bind-worker-{i}", daemon=True)
@@ -211,6 +237,10 @@ class BinderApp:
         if self.settings.leader_elect:
             if self.elector is None or self.lost_lease:
                 return False, "leader election not running"
+            leaderless = self.elector.leaderless_for()
+            if leaderless > LEADERLESS_LEASES * self.settings.lease_duration_s:
+                # Nobody can take the lease (RBAC, a missing namespace, the API refusing it): say so (M9).
+                return False, f"no replica has held the leader lease for {leaderless:.0f}s"
             return True, "leading" if self.elector.leading.is_set() else "standing by"
         return True, "ok"
 
@@ -229,8 +259,14 @@ class BinderApp:
                 endpoint.start()
                 self.endpoints.append(endpoint)
         self.caches.start()
-        if not self.caches.wait_synced(sync_timeout):
-            raise RuntimeError("caches did not sync")
+        # Interruptible: a SIGTERM (stop_event_loop) while the API server is unreachable ends start-up (L5).
+        deadline = None if sync_timeout is None else time.monotonic() + sync_timeout
+        while not self.caches.wait_synced(0.2):
+            if self.stopped.is_set():
+                log.info("stopped before the caches synced")
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError("caches did not sync")
         log.info("caches synced", extra={"fields": {"pods": len(self.caches.pods), "nodes": len(self.caches.nodes),
                                                     "bindrequests": len(self.caches.bindrequests)}})
         if self.settings.leader_elect:
@@ -256,6 +292,7 @@ class BinderApp:
         self.queue.shutdown()
         self.group_queue.shutdown()
         timeout = 0.0 if self.lost_lease else self.settings.shutdown_timeout_s
+        budget_end = time.monotonic() + timeout  # the whole drain, reports and events included (L5)
         deadline = threading.Event()
         timer = threading.Timer(timeout, deadline.set)
         timer.start()
@@ -266,8 +303,8 @@ class BinderApp:
         finished = not any(thread.is_alive() for thread in self.workers)
         if not finished:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
-        self.reporter.flush(min(10.0, timeout))
-        self.record_event.flush(min(5.0, timeout))
+        self.reporter.flush(max(0.0, budget_end - time.monotonic()))
+        self.record_event.flush(max(0.0, min(5.0, budget_end - time.monotonic())))
         self.reporter.stop()
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)

@@ -16,7 +16,7 @@ from typing import Any
 from binder import outcome
 from binder import status as st
 from binder.metrics import BinderMetrics
-from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
+from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.reporter import BackgroundReporter
 from common.kube.cache import Caches
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
@@ -42,6 +42,7 @@ class UndecidedBinding:
 
 
 OUTCOME_UNKNOWN = "outcome_unknown"
+TRANSIENT = "api_unavailable"
 UNDECIDED_RETRY_S = 1.0
 
 
@@ -61,7 +62,8 @@ class Attempt:
 class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
                  record_event: Any, reporter: BackgroundReporter | None = None,
-                 on_success_written: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_success_written: Callable[[dict[str, Any]], None] | None = None,
+                 on_failure_written: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
@@ -70,6 +72,7 @@ class BindRequestController:
         # Success reports (status, condition, event) wait behind binds; see binder/reporter.py.
         self.reporter = reporter
         self.on_success_written = on_success_written
+        self.on_failure_written = on_failure_written
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
@@ -142,19 +145,19 @@ class BindRequestController:
                                       or undecided.pod_uid != st.uid(attempt.pod)):
             self._undecided.pop(attempt.key, None)  # a new BindRequest or pod under the same name: start afresh
             undecided = None
-        if undecided is not None and not self._decide(attempt, undecided, fields):
-            return
+        if undecided is not None:
+            if not self._decide(attempt, undecided, fields):
+                return
+            # Decided: the earlier Binding never took effect, and cannot any more. The API failed, not the bind:
+            # bind again now (every step is idempotent), and count nothing (M5).
+            self._undecided.pop(attempt.key, None)
+            attempt.step, attempt.unknown_message = "", ""
+            log.info("the earlier binding did not take effect (%s); binding again", undecided.message, extra=fields)
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
             attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
             return
         ctx = self.pipeline.context(attempt.pod, node, bind_request)
-        if undecided is not None:
-            # The Binding of an earlier attempt is decided: it did not take effect. Only now is undoing safe.
-            attempt.error, attempt.step = undecided.message, "binding"
-            log.warning("bind failed: the binding did not take effect: %s", undecided.message, extra=fields)
-            self.pipeline.rollback(ctx)
-            return
         try:
             self.pipeline.bind(ctx)
             attempt.step = "bound"
@@ -170,13 +173,15 @@ class BindRequestController:
                 attempt.error = st.already_bound_error({"spec": {"nodeName": ctx.found_bound_to},
                                                         "metadata": attempt.pod.get("metadata") or {}}, node_name)
                 attempt.step = "bound_elsewhere" if attempt.error else "bound"
+            elif transient_cause(failure) is not None:
+                attempt.step = TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
 
     def _decide(self, attempt: Attempt, undecided: UndecidedBinding, fields: dict[str, Any]) -> bool:
         """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
 
         Returns True when a read made after the server-side deadline shows that Binding did not take
-        effect (the caller reports the failure and rolls back); otherwise fills in `attempt` and returns
-        False: still undecided (wait), or decided another way (bound, pod gone).
+        effect (the caller binds again); otherwise fills in `attempt` and returns False: still undecided
+        (wait), or decided another way (bound, pod gone).
         """
         pod = attempt.pod or {}
         attempt.step, attempt.unknown_message = OUTCOME_UNKNOWN, undecided.message
@@ -231,6 +236,12 @@ class BindRequestController:
                 self.metrics.bind_attempts.labels(outcome="unknown", reason=OUTCOME_UNKNOWN).inc()
             return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
         self._undecided.pop(key, None)
+        if attempt.step == TRANSIENT:
+            log.warning("attempt cut short by the API server (%s); retrying without counting it", attempt.error,
+                        extra=fields)
+            self.metrics.bind_attempts.labels(outcome="transient", reason=TRANSIENT).inc()
+            self.metrics.retries.inc()
+            return Result(retry=True)
         if attempt.error is None:
             decision = st.decide_success(bind_request)
             seen = self._first_seen.pop(key, None)
@@ -255,6 +266,9 @@ class BindRequestController:
             return st.decide_success(current) if error is None else st.decide_failure(current, error)
 
         written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields)
+        if written and attempt.error is not None and self.on_failure_written is not None:
+            # No longer an active BindRequest: what its rollback had to keep can go now (L4).
+            self.on_failure_written(bind_request)
         retry = decision.retry
         if attempt.error is not None and not written:
             # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.

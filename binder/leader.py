@@ -82,6 +82,8 @@ class LeaderElector:
         # time.monotonic() until which the lease is surely ours; None while not leading.
         self.valid_until: float | None = None
         self.lost = threading.Event()
+        # When some replica (this one or another) was last seen holding a live lease (time.monotonic()).
+        self.leader_seen_at = time.monotonic()
 
     # ------------------------------------------------------------------ one try
     def _body(self, lease: dict[str, Any] | None, transitions: int, acquire: bool) -> dict[str, Any]:
@@ -113,7 +115,7 @@ class LeaderElector:
                 self._call("POST", lease_path(self.namespace), deadline, self._body(None, 0, True))
                 return True
             except ApiError as create_error:
-                log.info("could not create lease: %s", create_error)
+                log.warning("could not create lease %s/%s: %s", self.namespace, self.name, create_error)
                 return False
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
@@ -121,6 +123,7 @@ class LeaderElector:
             self._observed_record, self._observed_at = record, time.monotonic()
         verdict = decide(spec, self.identity, time.monotonic() - self._observed_at)
         if not verdict.take:
+            self.leader_seen_at = time.monotonic()  # another replica holds a live lease
             return False
         acquiring = spec.get("holderIdentity") != self.identity
         try:
@@ -144,6 +147,7 @@ class LeaderElector:
             return False
 
     def _renewed(self, started: float) -> None:
+        self.leader_seen_at = time.monotonic()
         self.valid_until = started + self.renew_deadline
         if self.guard is not None:
             self.guard.extend(self.valid_until)
@@ -197,6 +201,10 @@ class LeaderElector:
                 self.on_stopped()
             except Exception:  # noqa: BLE001
                 log.exception("on_stopped failed")
+
+    def leaderless_for(self) -> float:
+        """Seconds since any replica was last seen holding a live lease (0 while this one leads)."""
+        return 0.0 if self.leading.is_set() else time.monotonic() - self.leader_seen_at
 
     def healthy(self, grace: float = 0.0) -> tuple[bool, str]:
         """Liveness: the election thread runs, and a leader is never past its renew deadline unnoticed."""

@@ -24,7 +24,7 @@ from typing import Any
 from binder import status as st
 from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
 from common import names
-from common.kube.client import ApiError, KubeClient, pod_path
+from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 
 log = logging.getLogger("binder.pipeline")
 
@@ -41,13 +41,35 @@ class BindOutcomeUnknown(Exception):
     """The Binding got no answer (timeout, reset) or a 5xx, and the pod was not (yet) seen bound.
 
     The server may still commit it until `decide_after` (time.monotonic()): the request's start plus the
-    apiserver's request timeout. Nothing may be rolled back before a read made after that moment; the
-    message is the failure to report if that read finds the pod unbound.
+    apiserver's request timeout. Nothing may be rolled back before a read made after that moment; if that
+    read finds the pod unbound, the controller simply binds again.
     """
 
     def __init__(self, message: str, decide_after: float) -> None:
         super().__init__(message)
         self.decide_after = decide_after
+
+
+def _storage_unavailable(error: ApiError) -> bool:
+    """An answer that only says etcd could not be reached: kube-apiserver wraps such storage errors in other
+    codes too (a Binding gets 409 "Operation cannot be fulfilled ... rpc error: code = Unavailable")."""
+    return "rpc error: code = unavailable" in error.message.lower() or "etcdserver: " in error.message
+
+
+def transient_cause(error: BaseException) -> ApiError | None:
+    """The API error behind a failed step when it says nothing about the bind itself: no answer, a 5xx,
+    throttling, or a write refused for want of the lease. Such an attempt is rolled back but not counted
+    (M5): only a bind that really failed uses up one of the BindRequest's attempts."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (TransportError, FencedError)) or (
+                isinstance(current, ApiError) and (current.status >= 500 or current.status == 429
+                                                   or _storage_unavailable(current))):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def bind_annotations(bind_request: dict[str, Any]) -> dict[str, str]:
@@ -102,16 +124,25 @@ class Pipeline:
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
+        for plugin in self.plugins:
+            precheck = getattr(plugin, "precheck", None)
+            if precheck is None:
+                continue
+            try:
+                precheck(ctx)
+            except Exception as error:  # noqa: BLE001 - PreBind's own message, before any side effect (L6)
+                raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
         try:
             self.reservation.sync_for_node(node_name)
-        except Exception as error:  # noqa: BLE001 - every failure becomes a readable status.reason
-            raise BindFailure("sync", f"failed to sync reservation for pod <{ns}/{name}> on node "
-                                      f"<{node_name}>: {error}") from error
+        except Exception as error:  # noqa: BLE001 - clean-up of other groups: never fails this bind (M7)
+            log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns, name,
+                        node_name, error, extra=fields)
 
         if st.is_fraction(ctx.bind_request):
             groups = st.spec(ctx.bind_request).get("selectedGPUGroups") or []
             if not groups:
                 raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
+            self._drop_stale_groups(ctx, groups)
             gpu_ids: list[str] = []
             for group in groups:
                 started = time.monotonic()
@@ -140,6 +171,24 @@ class Pipeline:
             except Exception:  # noqa: BLE001 - PostBind cannot fail a bind that went through
                 log.exception("plugin %s failed in PostBind", plugin.name, extra=fields)
 
+    def _drop_stale_groups(self, ctx: BindContext, groups: list[str]) -> None:
+        """Labels are reconciled to exactly `groups` (M2): an attempt for an earlier placement (cut short by a
+        crash, its rollback skipped) may have left others, each keeping a reservation pod alive. Those
+        groups are synced right away, so their unused reservation pods go."""
+        drop = getattr(self.reservation, "drop_stale_group_labels", None)
+        if drop is None:
+            return
+        try:
+            stale = drop(ctx.pod, groups)
+        except Exception as error:  # noqa: BLE001
+            raise BindFailure("reservation", str(error)) from error
+        for group in stale:
+            try:
+                self.reservation.sync_for_gpu_group(group, fresh=True)  # the cache still shows the label
+            except Exception as error:  # noqa: BLE001 - a later sync retries; this bind does not need it
+                log.warning("sync of gpu group %s after removing its label failed: %s", group, error,
+                            extra=ctx.log_fields())
+
     def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
         ns, name = ctx.namespace, ctx.pod_name
         body = binding_body(ctx.pod, node_name, bind_annotations(ctx.bind_request))
@@ -157,6 +206,10 @@ class Pipeline:
             current = self.client.get(pod_path(ns, name))
         except ApiError as error:
             log.warning("binding failed and the pod could not be re-read: %s", error, extra=ctx.log_fields())
+            if unknown is None and transient_cause(error) is not None:
+                # Whatever the Binding's answer said, nobody can tell now whether the pod is bound (a 409
+                # "already assigned" can be to this very node): decide later, never roll back now.
+                unknown = BindOutcomeUnknown(message, started + self.apiserver_request_timeout_s)
             raise (unknown or BindFailure("binding", message)) from cause
         if pod_bound_to(current, ctx.pod, node_name):
             log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",

@@ -101,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-election-renew-deadline", type=float, default=10.0)
     p.add_argument("--leader-election-retry-period", type=float, default=2.0)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="seconds binds in flight may take to finish after SIGTERM")
+                   help="seconds the whole drain may take after SIGTERM: binds in flight, then pending "
+                        "status reports and events; keep it below terminationGracePeriodSeconds")
     p.add_argument("--client-timeout", type=float, default=30.0,
                    help="seconds the binder waits for the answer to one API call (watches excepted)")
     p.add_argument("--apiserver-request-timeout", type=float, default=60.0,

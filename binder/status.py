@@ -20,6 +20,9 @@ from typing import Any
 
 from common import names
 
+# A fraction pod has one group per device; no node has more GPUs than this.
+MAX_GPU_GROUPS = 16
+
 
 def spec(bind_request: dict[str, Any]) -> dict[str, Any]:
     return bind_request.get("spec") or {}
@@ -146,12 +149,21 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         return "no SelectedGPUGroups for fractional pod: invalid binding request"
     if not all(isinstance(g, str) and g for g in groups):
         return f"invalid binding request: spec.selectedGPUGroups {groups!r} must be non-empty strings"
+    if len(groups) > MAX_GPU_GROUPS:
+        return (f"invalid binding request: {len(groups)} spec.selectedGPUGroups, more than the {MAX_GPU_GROUPS} "
+                "devices a fraction pod can have")
     for group in groups:
         if not is_group_name(group):
             return f'invalid binding request: spec.selectedGPUGroups "{group}" is not a valid label value'
+    if len(set(groups)) != len(groups):
+        return f"invalid binding request: spec.selectedGPUGroups {groups!r} names a group twice"
     received = s.get("receivedGPU")
     if not isinstance(received, dict):
         return "invalid binding request: Fraction BindRequest without spec.receivedGPU"
+    count = received.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count != len(groups):
+        return (f"invalid binding request: spec.receivedGPU.count {count} but {len(groups)} "
+                "spec.selectedGPUGroups (one group per device)")
     portion = received.get("portion")
     try:
         value = float(portion) if isinstance(portion, str) else math.nan
@@ -159,6 +171,8 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         value = math.nan
     if not math.isfinite(value) or value < 0:
         return f"invalid binding request: spec.receivedGPU.portion {portion!r} is not a non-negative number"
+    if value > 1:
+        return f"invalid binding request: spec.receivedGPU.portion {portion!r} is more than one whole GPU"
     return None
 
 

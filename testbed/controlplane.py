@@ -67,6 +67,7 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    argv: tuple[str, ...] = ()  # how it was started: testbed/faults.py restarts it the same way
 
 
 class ControlPlane:
@@ -258,7 +259,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> _Process:
         log = self.logs_dir / f"{name}.log"
-        proc = _Process(name, spawn(argv, log, self.workdir), log)
+        proc = _Process(name, spawn(argv, log, self.workdir), log, tuple(argv))
         self._procs.append(proc)
         return proc
 

@@ -2,7 +2,9 @@
 
 The pipeline (binder/pipeline.py) builds one BindContext per bind attempt and calls, for each plugin in
 registry order: `prebind` (stop at the first error), then after the pod is bound `postbind` (never fails the
-bind), or after a failed attempt `rollback` on every plugin.
+bind), or after a failed attempt `rollback` on every plugin. A plugin may also have `precheck(ctx)`: the part
+of its PreBind checks that needs no reserved GPU, run before the pipeline's first side effect (node sync,
+reservation pods); its error fails the attempt exactly as the same error in `prebind` would.
 
 Hand-offs between the pipeline and the plugins go through `BindContext.state`, a per-attempt scratch dict.
 Its keys are the constants below; a plugin reads only the keys documented here.

@@ -150,7 +150,13 @@ class DynamicResources:
                 claim = call("POST", claims_path(ctx.namespace),
                              dc.extended_claim_body(ctx.pod, extended.get("deviceRequests") or []))
             except ApiError as error:
-                raise dc.DraError(f"failed to create extended resource claim for pod {key}: {error}") from error
+                # The name is generated: an answer lost after the create committed must not lead to a second
+                # claim on the next try. Look again; only a claim that is really not there is an error (L7).
+                found = self._find_after_ambiguous_create(call, ctx.pod, error)
+                if found is None:
+                    raise dc.DraError(f"failed to create extended resource claim for pod {key}: {error}") \
+                        from error
+                claim = found
             log.info("extended resource claim %s created", claim["metadata"]["name"], extra=ctx.log_fields())
         claim_name = claim["metadata"]["name"]
         try:
@@ -164,6 +170,15 @@ class DynamicResources:
         except ApiError as error:
             raise dc.DraError(f"failed to update pod status for extended resource claim for pod {key}: {error}") \
                 from error
+
+    @staticmethod
+    def _find_after_ambiguous_create(call: _Calls, pod: dict[str, Any], error: ApiError) -> dict[str, Any] | None:
+        if not error.outcome_unknown:
+            return None
+        try:
+            return find_extended_claim(call, pod)
+        except ApiError:
+            return None
 
     def unallocate(self, ctx: BindContext, cycle: CycleState) -> None:
         """Delete the pod's extended-resource claim and clear the pod's status field; safe to repeat."""

@@ -81,18 +81,17 @@ class GpuSharingPlugin:
     def __init__(self, cdi_enabled: bool) -> None:
         self.cdi_enabled = cdi_enabled
 
-    def prebind(self, ctx: BindContext) -> None:
-        if not is_fraction_bind(ctx.bind_request):
-            return
-        pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
+    def precheck(self, ctx: BindContext) -> None:
+        """Before any side effect (reservation pods): the checks of prebind that need no GPU id (L6)."""
+        if is_fraction_bind(ctx.bind_request):
+            self._fraction_pod(ctx)
+
+    @staticmethod
+    def _fraction_pod(ctx: BindContext) -> tuple[str, Any, str]:
+        """The portion, the fraction container and its capabilities ConfigMap name, or a BindError."""
         problem = portion_problem(ctx.spec.get("receivedGPU"))
         if problem:
-            raise BindError(f"fraction BindRequest for pod {pod_ref} {problem}")
-        portion = ctx.spec["receivedGPU"]["portion"]
-        gpu_ids = list(ctx.state.get(GPU_IDS) or [])
-        if not gpu_ids:
-            raise BindError(f"no reserved GPU ids for fraction pod {pod_ref}")
-        devices = visible_devices_value(gpu_ids, self.cdi_enabled)
+            raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
         try:
             ref = fraction_container_ref(ctx.pod)
         except FractionContainerNotFound as error:
@@ -102,6 +101,17 @@ class GpuSharingPlugin:
         except Exception as error:
             raise BindError("failed to create capabilities configmap: failed to get capabilities configmap "
                             f"name: {error}") from error
+        return ctx.spec["receivedGPU"]["portion"], ref, capabilities
+
+    def prebind(self, ctx: BindContext) -> None:
+        if not is_fraction_bind(ctx.bind_request):
+            return
+        pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
+        portion, ref, capabilities = self._fraction_pod(ctx)
+        gpu_ids = list(ctx.state.get(GPU_IDS) or [])
+        if not gpu_ids:
+            raise BindError(f"no reserved GPU ids for fraction pod {pod_ref}")
+        devices = visible_devices_value(gpu_ids, self.cdi_enabled)
         in_capabilities = reads_devices_from_configmap(ref.container(ctx.pod))
 
         try:

@@ -83,3 +83,10 @@ def remove_labels_patch(keys: list[str]) -> dict[str, Any]:
     """A merge patch removing label keys; removing a key the server no longer has is not an error
     (the reference's JSON Patch `remove` fails the whole patch then)."""
     return {"metadata": {"labels": {key: None for key in keys}}}
+
+
+def stale_group_label_keys(pod: dict[str, Any], groups: list[str]) -> list[str]:
+    """Group label keys of `pod` whose group is not in `groups`: left by an attempt for an earlier placement
+    (M2). A single-device pod's label is among them too, though labelling would overwrite it: removed first,
+    its old group can be synced (and its reservation freed) before the new label lands."""
+    return sorted(key for key, value in labels_of(pod).items() if is_group_label(key) and value not in groups)

@@ -17,20 +17,22 @@ class GroupLocks:
         self._users: dict[str, int] = {}
 
     @contextmanager
-    def hold(self, group: str) -> Iterator[None]:
+    def hold(self, group: str, blocking: bool = True) -> Iterator[bool]:
+        """Hold the group's lock; with `blocking=False` only if it is free at once. Yields whether held."""
         with self._guard:
             lock = self._locks.setdefault(group, threading.Lock())
             self._users[group] = self._users.get(group, 0) + 1
-        lock.acquire()
+        held = lock.acquire(blocking)
         try:
-            yield
+            yield held
         finally:
             with self._guard:
                 self._users[group] -= 1
                 if self._users[group] == 0:
                     del self._users[group]
                     del self._locks[group]
-            lock.release()
+            if held:
+                lock.release()
 
     def __len__(self) -> int:
         with self._guard:

@@ -24,7 +24,9 @@ from binder.reservation.groups import (
     gpu_groups_of,
     group_label_for,
     group_label_keys,
+    labels_of,
     remove_labels_patch,
+    stale_group_label_keys,
 )
 from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import ApiReads, ReservationReads
@@ -94,30 +96,38 @@ class ReservationService:
         log.info("start-up reservation sync done", extra={"fields": {"groups": len(groups)}})
 
     def sync_for_node(self, node_name: str) -> None:
-        """GC of every group of the grouped pods on the node; tries all groups, raises the first error."""
+        """GC of every group of the grouped pods on the node; tries all groups, raises the first error.
+
+        A group whose lock is held (a reservation of up to the allocation timeout, another sync) is skipped,
+        not waited for: whoever holds it is working on that group, and a bind on the node must not queue
+        behind it (M7)."""
         groups = sorted({group for pod in self.reads.grouped_pods_on_node(node_name) for group in gpu_groups_of(pod)})
         first_error: Exception | None = None
         for group in groups:
             try:
-                self.sync_for_gpu_group(group)
+                with self.locks.hold(group, blocking=False) as held:
+                    if held:
+                        self._sync_group_locked(group)
             except Exception as error:  # noqa: BLE001
                 log.warning("reservation sync failed for gpu group %s: %s", group, error, extra={"node": node_name})
                 first_error = first_error or error
         if first_error is not None:
             raise first_error
 
-    def sync_for_gpu_group(self, group: str) -> None:
-        """GC of one GPU group (reference 6.6): reservation pod without users, or users without it."""
+    def sync_for_gpu_group(self, group: str, fresh: bool = False) -> None:
+        """GC of one GPU group (reference 6.6): reservation pod without users, or users without it.
+        `fresh`: decide from the API server from the start (after a write the cache may not show yet)."""
         with self.locks.hold(group):
-            self._sync_group_locked(group)
+            self._sync_group_locked(group, fresh)
 
-    def _sync_group_locked(self, group: str) -> None:
+    def _sync_group_locked(self, group: str, fresh: bool = False) -> None:
         ns = self.settings.namespace
-        state = gc.group_state(gc.classify_group_pods(self.reads.pods_of_group(group), ns))
+        reads = self.api if fresh else self.reads
+        state = gc.group_state(gc.classify_group_pods(reads.pods_of_group(group), ns))
         if state is gc.GroupState.BALANCED:
             return
         if state is gc.GroupState.UNUSED_RESERVATION and gc.has_active_bind_request(
-                self.reads.bind_requests_of_group(group), group):
+                reads.bind_requests_of_group(group), group):
             log.info("Skipping reservation pod deletion, active BindRequests exist", extra={"fields": {"group": group}})
             return
         # The cache suggests deleting something: decide again from the API server.
@@ -292,6 +302,28 @@ class ReservationService:
             raise ReservationError(f"failed to patch pod <{ref}> with GPU group label: {error}") from error
         pod.setdefault("metadata", {})
         pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), key: value}
+
+    def drop_stale_group_labels(self, pod: Obj, groups: list[str]) -> list[str]:
+        """Remove group labels of an earlier placement, so the pod's labels become exactly `groups`;
+        return the groups it no longer belongs to (their reservations may now be unused)."""
+        keys = stale_group_label_keys(pod, groups)
+        if not keys:
+            return []
+        labels = labels_of(pod)
+        stale = sorted({labels[key] for key in keys})
+        meta = _meta(pod)
+        patch = remove_labels_patch(keys)
+        if meta.get("uid"):
+            patch["metadata"]["uid"] = meta["uid"]
+        try:
+            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+        except ApiError as error:
+            raise ReservationError(f"failed to remove stale GPU group labels {keys} from pod "
+                                   f"<{meta.get('namespace', '')}/{meta.get('name', '')}>: {error}") from error
+        pod.setdefault("metadata", {})["labels"] = {k: v for k, v in labels.items() if k not in keys}
+        log.info("removed GPU group labels of an earlier placement", extra={
+            "namespace": meta.get("namespace"), "pod": meta.get("name"), "fields": {"groups": stale}})
+        return stale
 
     def remove_pod_gpu_groups_connection(self, pod: Obj) -> None:
         """Remove every GPU-group label the (in-memory) pod has (reference 6.9); a pod that is gone is fine."""

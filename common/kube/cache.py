@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from common import names
+from common.kube.backoff import ResettingBackoff
 from common.kube.client import ApiError, KubeClient, WatchIdle
 
 log = logging.getLogger("kube.cache")
@@ -63,6 +65,7 @@ class Informer:
     # apiserver sends a bookmark about every minute to watches that allow them, so a healthy watch never
     # waits this long; a silently dead connection is noticed within it, not after timeoutSeconds + 30.
     read_timeout_s: float = 90.0
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         self._store: dict[str, dict] = {}
@@ -180,7 +183,7 @@ class Informer:
 
     # ------------------------------------------------------------------ list / watch loop
     def _relist(self) -> None:
-        listed = self.client.list_all(self.path, self.params)
+        listed = self.client.list_all(self.path, self.params, transform=self.slim)
         fresh = {object_key(obj): self.slim(obj) for obj in listed.get("items") or []}
         with self._lock:
             gone = [(key, obj) for key, obj in self._store.items() if key not in fresh]
@@ -255,7 +258,9 @@ class Informer:
         return True
 
     def _run(self) -> None:
-        backoff = 0.2
+        # Reset after two minutes without a failure, as client-go's reflector (L3); a 410 waits too, so a
+        # server answering 410 at once cannot spin the informer through LIST after LIST.
+        backoff = ResettingBackoff(0.2, self.max_backoff_s, clock=lambda: self.clock())
         need_list = True
         while not self._stop.is_set():
             try:
@@ -263,28 +268,26 @@ class Informer:
                     self._relist()
                     need_list = False
                 need_list = not self._watch_once()
-                backoff = 0.2
+                if need_list:
+                    self._stop.wait(backoff.next())
             except ApiError as error:
                 if self._stop.is_set():
                     return
-                if error.gone:
-                    need_list = True
-                    continue
                 # As client-go's reflector: only a connection problem or throttling is worth watching
                 # again from the same resourceVersion. Anything else (504 "Too large resource version"
                 # after an etcd restore, a 500 ERROR event, ...) may never heal from it: list afresh.
-                need_list = need_list or not (error.transport or error.status == 429)
+                need_list = need_list or error.gone or not (error.transport or error.status == 429)
+                wait = backoff.next()
                 log.warning("informer %s: %s; %s in %.1fs", self.name, error,
-                            "re-listing" if need_list else "watching again", backoff)
-                self._stop.wait(backoff)
-                backoff = min(self.max_backoff_s, backoff * 2)
+                            "re-listing" if need_list else "watching again", wait)
+                self._stop.wait(wait)
             except Exception:  # noqa: BLE001 - keep the cache alive whatever happens
                 if self._stop.is_set():
                     return
-                log.exception("informer %s: unexpected failure; re-listing in %.1fs", self.name, backoff)
+                wait = backoff.next()
+                log.exception("informer %s: unexpected failure; re-listing in %.1fs", self.name, wait)
                 need_list = True
-                self._stop.wait(backoff)
-                backoff = min(self.max_backoff_s, backoff * 2)
+                self._stop.wait(wait)
 
 
 # ---------------------------------------------------------------------- slimming and indexes

@@ -325,14 +325,18 @@ class KubeClient:
     def delete(self, path: str, params: dict | None = None, body: dict | None = None) -> dict | None:
         return self.request("DELETE", path, params=params, body=body)
 
-    def list_all(self, path: str, params: dict | None = None, page_size: int = 500) -> dict:
-        """LIST with pagination; returns one list object whose `items` hold every page."""
+    def list_all(self, path: str, params: dict | None = None, page_size: int = 500,
+                 transform: Callable[[dict], dict] | None = None) -> dict:
+        """LIST with pagination; returns one list object whose `items` hold every page, each item passed
+        through `transform` as its page arrives (so only one raw page is ever held: L2)."""
         query = dict(params or {})
         query["limit"] = page_size
         items: list[dict] = []
         while True:
             page = self.get(path, query)
-            items.extend(page.get("items") or [])
+            raw = page.get("items") or []
+            items.extend(map(transform, raw) if transform else raw)
+            page["items"] = None
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 page["items"] = items

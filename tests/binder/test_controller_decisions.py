@@ -90,6 +90,20 @@ def test_a_pod_bound_elsewhere_is_an_error():
     ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "abc"}},
      "invalid binding request: spec.receivedGPU.portion 'abc' is not a non-negative number"),
     ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "0.00"}}, None),
+    # L6: what would otherwise cost reservation pods, or write NVIDIA_VISIBLE_DEVICES=X,X, before failing.
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "5"}},
+     "invalid binding request: spec.receivedGPU.portion '5' is more than one whole GPU"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g", "g"], "receivedGPU": {"portion": "0.5"}},
+     "invalid binding request: spec.selectedGPUGroups ['g', 'g'] names a group twice"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": [f"g{i}" for i in range(500)],
+      "receivedGPU": {"count": 500, "portion": "0.5"}},
+     "invalid binding request: 500 spec.selectedGPUGroups, more than the 16 devices a fraction pod can have"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["a", "b"],
+      "receivedGPU": {"count": 1, "portion": "0.5"}},
+     "invalid binding request: spec.receivedGPU.count 1 but 2 spec.selectedGPUGroups (one group per device)"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["a", "b"],
+      "receivedGPU": {"count": 2, "portion": "0.5"}},
+     None),
 ])
 def test_validation(spec, error):
     assert st.validate(br(spec)) == error

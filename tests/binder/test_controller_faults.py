@@ -94,3 +94,91 @@ def test_a_failed_bind_whose_rollback_finds_the_pod_bound_reports_what_is_true(b
     status_writes = [body for path, body in client.writes if "bindrequests" in path]
     assert status_writes and status_writes[0]["status"]["phase"] == phase
     assert events[0][1] == ("Normal" if phase == names.PHASE_SUCCEEDED else "Warning")
+
+
+def test_a_failing_clean_up_of_other_groups_on_the_node_does_not_fail_the_bind():
+    from binder.pipeline import Pipeline
+
+    class Reservation:
+        def sync_for_node(self, node):
+            raise RuntimeError("an orphan pod of another group cannot be deleted")
+
+    class BindingClient:
+        def __init__(self):
+            self.created = []
+
+        def create(self, path, body):
+            self.created.append(path)
+            return {}
+
+    client = BindingClient()
+    pipeline = Pipeline(client, Reservation(), plugins=[])
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
+    pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))
+    assert client.created == ["/api/v1/namespaces/ns/pods/p/binding"]
+
+
+class CutShortByTheApi(BindsButAnswersNo):
+    """A bind whose label PATCH got no answer: rolled back, nothing found bound."""
+
+    def __init__(self, cause):
+        super().__init__("")
+        self.cause = cause
+
+    def bind(self, ctx):
+        from binder.pipeline import BindFailure
+
+        try:
+            raise self.cause
+        except ApiError as error:
+            raise BindFailure("reservation", f"failed to reserve GPUs: {error}") from error
+
+
+@pytest.mark.parametrize(("cause", "counted"), [
+    (TransportError("PATCH", "/api/v1/namespaces/ns/pods/p", ConnectionResetError("reset")), False),
+    (ApiError(503, "ServiceUnavailable", "etcd timeout"), False),
+    (ApiError(422, "Invalid", "the label value is invalid"), True),
+])
+def test_an_attempt_cut_short_by_the_api_is_rolled_back_and_retried_without_counting(cause, counted):
+    caches = Caches()
+    caches.pods = Store({"p": {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}})
+    caches.nodes = Store({"n1": {"metadata": {"name": "n1"}}})
+    caches.bindrequests.store_local = lambda obj: None
+    client = Client(AssertionError("no read expected"))
+    controller = BindRequestController(client, caches, pipeline=CutShortByTheApi(cause), metrics=BinderMetrics(),
+                                       record_event=lambda *args: None)
+    result = controller.reconcile("ns/p")
+    status_writes = [body for path, body in client.writes if "bindrequests" in path]
+    if counted:
+        assert status_writes[0]["status"]["failedAttempts"] == 1
+    else:
+        assert status_writes == [] and result.retry is True
+
+
+def test_a_binding_refused_because_etcd_was_unreachable_is_not_a_failed_bind():
+    from binder.pipeline import transient_cause
+
+    answer = ApiError(409, "Conflict", 'Operation cannot be fulfilled on pods/binding "p": rpc error: code = '
+                                       "Unavailable desc = error reading from server: connection reset by peer")
+    assert transient_cause(answer) is answer
+    assert transient_cause(ApiError(409, "Conflict", 'pod p is already assigned to node "n2"')) is None
+
+
+def test_a_binding_error_followed_by_a_failed_re_read_leaves_the_outcome_undecided():
+    from binder.pipeline import BindOutcomeUnknown, Pipeline
+
+    class Reservation:
+        def sync_for_node(self, node):
+            return None
+
+    class Client:
+        def create(self, path, body):
+            raise ApiError(409, "Conflict", "pod p is already assigned to node \"n1\"")
+
+        def get(self, path, params=None):
+            raise TransportError("GET", path, TimeoutError("read timed out"))
+
+    pipeline = Pipeline(Client(), Reservation(), plugins=[], apiserver_request_timeout_s=60)
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
+    with pytest.raises(BindOutcomeUnknown):  # maybe bound to this very node: never roll back now
+        pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))

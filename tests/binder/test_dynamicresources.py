@@ -23,7 +23,7 @@ from dra_kit import (
 from binder.plugins.base import BindError
 from binder.plugins.dynamicresources import DynamicResourcesPlugin, claims_path
 from common import names
-from common.kube.client import KubeClient, pod_path
+from common.kube.client import KubeClient, TransportError, pod_path
 from testbed.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
@@ -165,3 +165,30 @@ def test_a_pod_without_claims_is_not_touched(dra_api, ns, plugin):
     plugin.prebind(context(dra_api, pod))
     plugin.rollback(context(dra_api, pod))
     assert dra_api.get(pod_path(ns, "p1"))["metadata"]["resourceVersion"] == version
+
+
+class LosesTheClaimCreateAnswer:
+    """Our client, except that the answer to the first ResourceClaim POST is lost after the create committed."""
+
+    def __init__(self, inner: KubeClient) -> None:
+        self.inner = inner
+        self.lost = False
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict | None:
+        answer = self.inner.request(method, path, **kwargs)
+        if method == "POST" and path.endswith("/resourceclaims") and not self.lost:
+            self.lost = True
+            raise TransportError(method, path, ConnectionResetError("connection reset by peer"))
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_an_extended_claim_created_but_answered_by_a_reset_is_found_not_created_twice(dra_api, ns, plugin):
+    pod = make_pod(dra_api, ns, "p2", extended=True)
+    client = LosesTheClaimCreateAnswer(dra_api)
+    plugin.prebind(context(client, pod, extended=extended_allocation()))
+    assert client.lost
+    [created] = extended_claims(dra_api, ns)
+    assert created["status"]["reservedFor"] == [pod_ref(pod)]

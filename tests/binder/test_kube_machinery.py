@@ -95,7 +95,7 @@ class ScriptedClient:
         self.lists = list(lists)
         self.watches = list(watches)
 
-    def list_all(self, path, params=None):
+    def list_all(self, path, params=None, **_):
         return self.lists.pop(0)
 
     def watch(self, path, params, read_timeout=None):
@@ -184,7 +184,7 @@ class TooLargeResourceVersionClient:
         self.lists = 0
         self.watch_rvs = []
 
-    def list_all(self, path, params=None):
+    def list_all(self, path, params=None, **_):
         self.lists += 1
         return {"metadata": {"resourceVersion": "1000"}, "items": [pod("a", "900")]}
 
@@ -219,3 +219,90 @@ def test_a_watch_that_lost_its_connection_resumes_from_its_resource_version_with
         assert client.lists == 1
     finally:
         informer.stop()
+
+
+class RecordingStop:
+    """Stands in for the informer's stop event: records each wait, stops after `waits` of them."""
+
+    def __init__(self, waits: int) -> None:
+        self.limit = waits
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self.limit
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return self.is_set()
+
+    def set(self) -> None:
+        self.limit = 0
+
+
+def test_watch_failures_minutes_apart_each_wait_the_initial_backoff_not_a_doubled_one():
+    now = [0.0]
+
+    class FailsAfterHealthySpells:
+        def list_all(self, path, params=None, **_):
+            return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+        def watch(self, path, params, read_timeout=None):
+            now[0] += 300  # the watch ran fine for five minutes, then the connection was reset
+            raise TransportError("WATCH", path, ConnectionResetError("reset"))
+            yield
+
+    informer = Informer(FailsAfterHealthySpells(), "/api/v1/pods", "pods")
+    informer.clock = lambda: now[0]
+    informer._stop = RecordingStop(waits=5)
+    informer._run()
+    assert informer._stop.waits == [0.2] * 5  # the old informer waited 0.2, 0.4, 0.8, 1.6, 3.2
+
+
+def test_consecutive_failures_back_off_exponentially_and_410s_are_not_a_hot_loop():
+    class AlwaysGone:
+        def __init__(self):
+            self.lists = 0
+
+        def list_all(self, path, params=None, **_):
+            self.lists += 1
+            if self.lists > 20:  # a hot loop: end the test instead of spinning forever
+                informer._stop.set()
+            return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+        def watch(self, path, params, read_timeout=None):
+            yield {"type": "ERROR", "object": {"code": 410, "message": "too old"}}
+
+    client = AlwaysGone()
+    informer = Informer(client, "/api/v1/pods", "pods")
+    informer.clock = lambda: 0.0
+    informer._stop = RecordingStop(waits=4)
+    informer._run()
+    assert informer._stop.waits == [0.2, 0.4, 0.8, 1.6] and client.lists == 4
+
+
+def test_a_relist_holds_one_raw_page_at_a_time_not_the_whole_raw_list():
+    import tracemalloc
+
+    from common.kube.client import KubeClient
+
+    class Pages(KubeClient):
+        """Ten pages of 300 pods, each carrying 4 KB of managedFields the cache drops."""
+
+        def get(self, path, params=None):
+            index = int(params.get("continue") or 0)
+            items = [pod(f"p{index}-{i}", str(index * 1000 + i)) for i in range(300)]
+            for number, item in enumerate(items):
+                item["metadata"]["managedFields"] = [{"manager": str(number).ljust(4096, "x")}]
+            more = {"continue": str(index + 1)} if index < 9 else {}
+            return {"metadata": {"resourceVersion": "9999", **more}, "items": items}
+
+    informer = Informer(Pages("http://127.0.0.1:9", qps=0), "/api/v1/pods", "pods", slim=slim_pod)
+    tracemalloc.start()
+    try:
+        informer._relist()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(informer) == 3000
+    # Measured: 18.1 MB holding every raw page, 5.2 MB slimming each page as it arrives.
+    assert peak < 7_000_000, peak

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 from partb_kit import Annotator, bind_request, create_pod, fraction_pod_body, get_pod, plain_pod, set_phase
@@ -266,3 +268,25 @@ def test_a_stale_cache_never_deletes_a_fraction_pod_whose_reservation_the_api_se
                                  reads=StaleOrphanReads(user))
     service.sync_for_gpu_group("g1")
     assert get_pod(api, namespace, "user")["metadata"].get("deletionTimestamp") is None
+
+
+def test_a_node_sync_does_not_wait_for_a_group_busy_with_a_reservation(api, namespace, rsv_namespace, service):
+    reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    plain_pod(api, namespace, "user", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    busy, release = threading.Event(), threading.Event()
+
+    def reserving() -> None:  # another worker waiting up to the allocation timeout for a reservation of g1
+        with service.locks.hold("g1"):
+            busy.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=reserving)
+    worker.start()
+    assert busy.wait(2)
+    try:
+        started = time.monotonic()
+        service.sync_for_node("n1")
+        assert time.monotonic() - started < 2  # M7: skipped, not waited for
+    finally:
+        release.set()
+        worker.join()

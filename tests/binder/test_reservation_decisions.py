@@ -235,3 +235,14 @@ def test_an_evicted_or_deleting_reservation_pod_is_not_a_reservation():
         assert pods.reservation is None and pods.dead_reservations == [dead]
         assert group_state(pods) is GroupState.ORPHAN_FRACTION_PODS
     assert classify_group_pods([rsv("Running"), user], "rsv").reservation is not None
+
+
+def test_stale_group_labels_are_those_of_other_groups():
+    from binder.reservation.groups import stale_group_label_keys
+
+    multi = {"metadata": {"annotations": {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
+                          "labels": {"runai-gpu-group/old": "old", "runai-gpu-group/g1": "g1", "app": "x"}}}
+    assert stale_group_label_keys(multi, ["g1", "g2"]) == ["runai-gpu-group/old"]
+    single = {"metadata": {"annotations": {"gpu-fraction": "0.5"}, "labels": {"runai-gpu-group": "old"}}}
+    assert stale_group_label_keys(single, ["g1"]) == ["runai-gpu-group"]
+    assert stale_group_label_keys(single, ["old"]) == []

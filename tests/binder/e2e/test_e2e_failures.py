@@ -202,3 +202,16 @@ def test_a_bind_request_owned_by_its_pod_binds_it(binder, kube, namespace, make_
     make_bind_request(kube, namespace, "owned", node, owner_uid=pod["metadata"]["uid"])
     binder()
     wait_phase(kube, namespace, "owned", names.PHASE_SUCCEEDED)
+
+
+def test_a_fraction_bind_request_for_a_pod_that_is_not_a_fraction_pod_fails_before_reserving_a_gpu(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "whole")  # no gpu-fraction, no shared-gpu ConfigMap annotation
+    binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")))
+    make_bind_request(kube, namespace, "whole", node, fraction_groups=["gw1"])
+    br = wait_phase(kube, namespace, "whole", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == (
+        "plugin gpusharing failed in PreBind: failed to create capabilities configmap: failed to get capabilities "
+        f"configmap name: no desired configmap name found in pod {namespace}/whole annotations")
+    assert fault_proxy.requests("POST", rf"/namespaces/{reservation_namespace}/pods$") == []

@@ -187,3 +187,16 @@ def test_bind_that_went_through_is_not_rolled_back(binder, kube, namespace, make
     condition = wait_for("PodBound", lambda: pod_condition(kube.get(pod_path(namespace, "l1"))))
     assert condition["status"] == "True"
     assert get_bind_request(kube, namespace, "l1")["status"]["phase"] == names.PHASE_SUCCEEDED
+
+
+def test_a_failed_attempt_does_not_keep_the_reservation_pod_it_created(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    # A scheduling gate makes the apiserver reject the binding after the reservation pod was made.
+    make_pod(kube, namespace, "r2", fraction="0.5", spec_extra={"schedulingGates": [{"name": "example.com/hold"}]})
+    binder()
+    make_bind_request(kube, namespace, "r2", node, fraction_groups=["gr2"])
+    wait_phase(kube, namespace, "r2", names.PHASE_FAILED, attempts=1)
+    # The BindRequest is still there (the scheduler has not deleted it yet), but it is no longer active.
+    wait_for("reservation pod deleted",
+             lambda: not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gr2"))), timeout=10)

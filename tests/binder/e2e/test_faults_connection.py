@@ -19,7 +19,7 @@ from urllib3.util.connection import create_connection
 from common import names
 from testbed.tcpproxy import TcpFaultProxy
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 
 @pytest.fixture

@@ -12,11 +12,23 @@ import time
 
 import pytest
 import requests
-from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for
+from binder_e2e_kit import (
+    configmaps,
+    exists,
+    make_bind_request,
+    make_pod,
+    reservation_name,
+    run_binder_process,
+    wait_for,
+    wait_phase,
+)
 
-from common.kube.client import pod_path
+from binder.leader import lease_path, micro_time
+from binder.settings import LEADER_ELECTION_ID
+from common import names
+from common.kube.client import ApiError, pod_path
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 RENEW = 2.0
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -100,3 +112,67 @@ def test_liveness_fails_when_the_elector_is_wedged(binder, kube, namespace):
         assert "renew" in wait_for("liveness failing", failing, timeout=RENEW + 5)
     finally:
         wedge.set()
+
+
+def test_a_standby_queues_nothing_and_binds_the_backlog_once_it_leads(binder, kube, namespace, make_gpu_node):
+    node = make_gpu_node()["metadata"]["name"]
+    # Another replica leads (a fresh record: this one must wait a whole lease duration before taking over).
+    kube.create(lease_path(namespace), {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                        "metadata": {"name": LEADER_ELECTION_ID},
+                                        "spec": {"holderIdentity": "binder-b", "leaseDurationSeconds": 3600,
+                                                 "renewTime": micro_time(), "leaseTransitions": 0}})
+    app = binder(*leader_flags(namespace))
+    for i in range(30):
+        make_pod(kube, namespace, f"s{i}")
+        make_bind_request(kube, namespace, f"s{i}", node)
+    wait_for("the standby's cache holds the BindRequests", lambda: len(app.caches.bindrequests) >= 30)
+    assert not app.elector.leading.is_set()
+    assert app.queue.pending() == 0 and app.group_queue.pending() == 0  # M8: a standby keeps no keys
+
+    # The other replica releases the lease: this one leads and binds what its cache holds.
+    lease = kube.get(lease_path(namespace, LEADER_ELECTION_ID))
+    lease["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1})
+    kube.replace(lease_path(namespace, LEADER_ELECTION_ID), lease)
+    for i in range(30):
+        wait_phase(kube, namespace, f"s{i}", names.PHASE_SUCCEEDED)
+
+
+def test_a_leader_process_cut_off_from_its_lease_exits_by_its_renew_deadline(
+        fault_proxy, control_plane, bindrequest_crd, kube, namespace, reservation_namespace, tmp_path):
+    def holder() -> str | None:
+        try:
+            return kube.get(lease_path(namespace, LEADER_ELECTION_ID))["spec"].get("holderIdentity")
+        except ApiError:
+            return None
+
+    binder_process = run_binder_process(
+        control_plane, "--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+        *leader_flags(namespace), "--resource-reservation-namespace", reservation_namespace,
+        "--health-probe-bind-address", "0", "--metrics-bind-address", "0", log_path=tmp_path / "binder.log")
+    try:
+        wait_for("binder-a leads", lambda: holder() == "binder-a", timeout=60)
+        cut = time.monotonic()
+        fault_proxy.hang("*", r"/leases", times=None)
+        # No renew within the renew deadline: the process gives up, drains nothing, and exits 1.
+        assert binder_process.wait(timeout=RENEW + 5) == 1
+        assert time.monotonic() - cut <= RENEW + 3
+    finally:
+        if binder_process.poll() is None:
+            binder_process.kill()
+            binder_process.wait(timeout=10)
+
+
+def test_readiness_fails_when_no_replica_can_take_the_lease(fault_proxy, binder, kube, namespace, tmp_path):
+    # RBAC or a missing namespace: every lease call is refused, so nobody ever leads.
+    fault_proxy.answer("*", r"/leases", 403, times=None)
+    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
+                 *leader_flags(namespace))
+    url = f"http://127.0.0.1:{app.endpoints[0].port}/readyz"
+
+    def not_ready() -> str | None:
+        answer = requests.get(url, timeout=2)
+        return answer.text if answer.status_code == 503 else None
+
+    # Three lease durations (4 s each) without any leader: not ready, and it says why.
+    assert "no replica has held the leader lease" in wait_for("readiness failing", not_ready, timeout=20)
+    assert not app.elector.leading.is_set()

@@ -21,7 +21,7 @@ from binder_e2e_kit import (
 from common import names
 from common.kube.client import pod_path
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 
 def test_a_success_report_answered_503_is_written_later(

@@ -12,7 +12,7 @@ from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, rese
 from common import names
 from common.kube.client import pod_path
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 
 def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
@@ -74,3 +74,30 @@ def test_a_reservation_pod_the_kubelet_rejected_fails_at_once_and_says_why(
     assert "OutOfnvidia.com/gpu" in br["status"]["reason"]
     assert br["status"]["reason"].startswith(f"failed to reserve GPUs for pod <{namespace}/rej> in gpu group <gj>: "
                                              "failed waiting for GPU reservation pod to allocate")
+
+
+@pytest.mark.parametrize(("devices", "old_label", "groups", "labels"), [
+    (2, "runai-gpu-group/gold", ["gn1", "gn2"], {"runai-gpu-group/gn1": "gn1", "runai-gpu-group/gn2": "gn2"}),
+    (None, "runai-gpu-group", ["gn1"], {"runai-gpu-group": "gn1"}),
+], ids=["multi-device", "single-device"])
+def test_labels_of_an_earlier_placement_are_removed_and_its_reservation_freed(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, devices, old_label, groups,
+        labels):
+    from binder.reservation.podspec import build_reservation_pod
+    from binder.reservation.settings import ReservationSettings
+
+    old_node = make_gpu_node()["metadata"]["name"]
+    node = make_gpu_node()["metadata"]["name"]
+    pod = make_pod(kube, namespace, "moved", fraction="0.5", num_devices=devices)
+    # An attempt for an earlier placement (other node, other group) labelled the pod and reserved a GPU,
+    # then the binder crashed before rolling back; the scheduler replaced the BindRequest.
+    kube.create(pod_path(reservation_namespace), build_reservation_pod(
+        ReservationSettings(namespace=reservation_namespace), old_node, "gold", pod))
+    kube.patch(pod_path(namespace, "moved"), {"metadata": {"labels": {old_label: "gold"}}})
+    old_rsv = pod_path(reservation_namespace, reservation_name(old_node, "gold"))
+    binder()
+    make_bind_request(kube, namespace, "moved", node, fraction_groups=groups, portion="0.5")
+
+    wait_phase(kube, namespace, "moved", names.PHASE_SUCCEEDED)
+    assert kube.get(pod_path(namespace, "moved"))["metadata"]["labels"] == labels
+    wait_for("old reservation pod deleted", lambda: not exists(kube, old_rsv), timeout=10)

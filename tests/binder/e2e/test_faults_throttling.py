@@ -12,7 +12,7 @@ import pytest
 
 from common.kube.client import ApiError, KubeClient, configmap_path
 
-pytestmark = pytest.mark.apiserver
+pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 
 
 @pytest.fixture
