@@ -40,7 +40,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def burst(plane: ControlPlane, namespace: str, prefix: str, count: int, clients: int,
           webhook: AdmissionProcess | None) -> dict[str, float]:
-    api_cpu = group_cpu_seconds(plane.pid("kube-apiserver"))
+    api_cpu = group_cpu_seconds(plane.process("kube-apiserver").pid)
     hook_cpu = group_cpu_seconds(webhook.pid) if webhook else 0.0
     started = time.perf_counter()
     answers = create_pods(plane, namespace, [f"{prefix}-{i}" for i in range(count)], clients)
@@ -50,7 +50,7 @@ def burst(plane: ControlPlane, namespace: str, prefix: str, count: int, clients:
     return {
         "pods_per_s": count / elapsed, "p50_ms": percentile(latencies, 0.5) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000, "failed": len(failed),
-        "apiserver_cpu": (group_cpu_seconds(plane.pid("kube-apiserver")) - api_cpu) * 1000 / count,
+        "apiserver_cpu": (group_cpu_seconds(plane.process("kube-apiserver").pid) - api_cpu) * 1000 / count,
         "webhook_cpu": ((group_cpu_seconds(webhook.pid) - hook_cpu) * 1000 / count) if webhook else 0.0,
     }
 

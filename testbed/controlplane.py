@@ -67,7 +67,6 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
-    argv: tuple[str, ...] = ()  # how it was started: testbed/faults.py restarts it the same way
 
 
 class ControlPlane:
@@ -135,10 +134,6 @@ class ControlPlane:
     @property
     def logs_dir(self) -> Path:
         return self.workdir / "logs"
-
-    def pid(self, name: str) -> int:
-        """Process id of a running component: "etcd", "kube-apiserver", "kube-controller-manager"."""
-        return next(proc.popen.pid for proc in self._procs if proc.name == name and proc.popen.poll() is None)
 
     def user(self, name: str) -> User:
         return self._users[name]
@@ -259,7 +254,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> _Process:
         log = self.logs_dir / f"{name}.log"
-        proc = _Process(name, spawn(argv, log, self.workdir), log, tuple(argv))
+        proc = _Process(name, spawn(argv, log, self.workdir), log)
         self._procs.append(proc)
         return proc
 
