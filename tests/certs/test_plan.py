@@ -14,6 +14,14 @@ LIFETIMES = plan.Lifetimes(serving_days=365, ca_days=3650, renew_before=datetime
 NOW = datetime.datetime.now(datetime.UTC)
 
 
+@pytest.fixture(autouse=True)
+def fresh_now() -> None:
+    """Certificates are issued by the real clock (valid from 5 minutes before); a NOW taken when the module was
+    imported is more than that behind once a long suite reaches these tests, and nothing would verify."""
+    global NOW
+    NOW = datetime.datetime.now(datetime.UTC)
+
+
 def days(n: float) -> datetime.timedelta:
     return datetime.timedelta(days=n)
 
