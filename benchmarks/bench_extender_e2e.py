@@ -1,7 +1,7 @@
 """Extender end to end on the test bed: fractional pods per second through the real kube-scheduler, extender
 and binder; and the extender's memory with a large cluster cached.
 
-    python benchmarks/bench_extender_e2e.py throughput [--pods 400] [--nodes 20] [--qps 400]
+    python benchmarks/bench_extender_e2e.py throughput [--pods 400] [--nodes 30] [--qps 400]
     python benchmarks/bench_extender_e2e.py rss [--nodes 5000] [--pods 50000]
 
 throughput: the stock-scheduler installation of testbed/stockbed.py (webhook, binder at `--qps`, extender,
@@ -40,12 +40,13 @@ def in_parallel(items: list, clients: int, work) -> None:
         thread.join()
 
 
-def throughput(plane: ControlPlane, workdir: Path, pods: int, nodes: int, qps: int) -> None:
+def throughput(plane: ControlPlane, workdir: Path, pods: int, nodes: int, qps: int, workers: int) -> None:
     admin = http_session(plane)
     admin.post("/apis/node.k8s.io/v1/runtimeclasses", json={
         "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"})
     with running_bed(plane, api_client(plane), admin, workdir,
-                     binder_flags=("--qps", str(qps), "--burst", str(2 * qps))) as bed:
+                     binder_flags=("--qps", str(qps), "--burst", str(2 * qps),
+                                   "--max-concurrent-reconciles", str(workers))) as bed:
         for _ in range(nodes):
             bed.add_node(gpus=4)
         bed.create("probe", {"gpu-fraction": "0.25"})
@@ -67,7 +68,8 @@ def throughput(plane: ControlPlane, workdir: Path, pods: int, nodes: int, qps: i
 
         wait_for("every pod bound", all_bound, timeout=600, interval=0.2)
         elapsed = time.monotonic() - started
-        print(f"| {pods} pods, {nodes} nodes x 4 GPUs, binder --qps {qps} | {pods / elapsed:.1f} pods/s "
+        print(f"| {pods} pods, {nodes} nodes x 4 GPUs, binder --qps {qps} --max-concurrent-reconciles {workers} "
+              f"| {pods / elapsed:.1f} pods/s "
               f"| all bound {elapsed:.1f} s after the first create (creates took {created:.1f} s) |", flush=True)
 
 
@@ -110,12 +112,13 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=None)
     parser.add_argument("--nodes", type=int, default=None)
     parser.add_argument("--qps", type=int, default=400)
+    parser.add_argument("--workers", type=int, default=10, help="the binder's --max-concurrent-reconciles")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="fracgpu-bench-extender-"))
     with ControlPlane(workdir / "cp") as plane:
         apply_crds(api_client(plane), CRD)
         if args.what == "throughput":
-            throughput(plane, workdir, args.pods or 400, args.nodes or 20, args.qps)
+            throughput(plane, workdir, args.pods or 400, args.nodes or 30, args.qps, args.workers)
         else:
             rss(plane, workdir, args.pods or 50000, args.nodes or 5000)
     return 0

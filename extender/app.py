@@ -12,7 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta, slim_pod
+from common import names
+from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
@@ -24,6 +25,41 @@ from extender.verbs import Verbs
 log = logging.getLogger("extender")
 
 _EXPIRE_EVERY_S = 30.0
+
+
+_POD_ANNOTATIONS = (names.GPU_FRACTION, names.GPU_MEMORY, names.GPU_FRACTION_NUM_DEVICES,
+                    names.SHARED_GPU_CONFIGMAP)
+
+
+def _gpu_label(key: str) -> bool:
+    return key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)
+
+
+def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:
+    kept = []
+    for container in containers or []:
+        limits = ((container or {}).get("resources") or {}).get("limits") or {}
+        gpus = limits.get(names.NVIDIA_GPU)
+        kept.append({"resources": {"limits": {names.NVIDIA_GPU: gpus}}} if gpus is not None else {})
+    return kept
+
+
+def slim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """Pods as the ledger and bind read them: identity, GPU labels and annotations, node, GPU limits, phase.
+    Every pod of the cluster is cached, so this is most of the extender's memory (50,000 pods)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels = {key: value for key, value in (meta.get("labels") or {}).items() if _gpu_label(key)}
+    annotations = {key: value for key, value in (meta.get("annotations") or {}).items() if key in _POD_ANNOTATIONS}
+    slim_spec: dict[str, Any] = {"containers": _gpu_limits_only(spec.get("containers"))}
+    if spec.get("initContainers"):
+        slim_spec["initContainers"] = _gpu_limits_only(spec["initContainers"])
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = spec["nodeName"]
+    return {"metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                    "deletionTimestamp") if key in meta}
+            | {"labels": labels, "annotations": annotations},
+            "spec": slim_spec, "status": {"phase": (pod.get("status") or {}).get("phase", "")}}
 
 
 def slim_gpu_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +74,7 @@ class ExtenderApp:
         self.client = client
         self.ledger = Ledger(settings.reservation_namespace)
         self.waiters = Waiters()
-        self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+        self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_gpu_pod)
         self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
         self.bind_requests = Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic)
         self._watch_into_ledger()

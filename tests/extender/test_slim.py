@@ -1,0 +1,32 @@
+"""The extender caches every pod of the cluster slimmed to what it reads: the ledger must see the same."""
+
+from extender.app import slim_gpu_pod
+from extender.ledger import Ledger
+from tests.extender.ledger_kit import fraction_pod, node, reservation_pod
+
+
+def whole_pod(name, node_name, gpus):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "labels": {"app": "x"},
+                         "annotations": {"note": "y"}, "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"nodeName": node_name, "initContainers": [{"name": "i", "image": "busybox"}],
+                     "containers": [{"name": "c", "image": "cuda", "env": [{"name": "A", "value": "1"}],
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus), "memory": "1Gi"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_ledger_of_slimmed_pods_sees_what_a_ledger_of_whole_pods_sees():
+    pods = [reservation_pod("a", "n1"), fraction_pod("f1", "n1", ["a"]),
+            fraction_pod("m1", "n1", ["b"], annotations={"gpu-memory": "10240"}),
+            fraction_pod("multi", "n1", ["c", "d"],
+                         annotations={"gpu-fraction": "0.3", "gpu-fraction-num-devices": "2"}),
+            whole_pod("w", "n1", 2), fraction_pod("done", "n1", ["a"], phase="Succeeded")]
+    full, slim = Ledger(), Ledger()
+    for ledger, convert in ((full, lambda pod: pod), (slim, slim_gpu_pod)):
+        ledger.upsert_node(node("n1", gpus=8))
+        for pod in pods:
+            ledger.upsert_pod(convert(pod))
+    assert slim.view("n1") == full.view("n1")
+    assert slim.view("n1").groups == {"a": 50, "b": 25, "c": 30, "d": 30} and slim.view("n1").whole_in_use == 2
+    kept = slim_gpu_pod(whole_pod("w", "n1", 2))
+    assert "managedFields" not in kept["metadata"] and kept["metadata"]["labels"] == {}
+    assert kept["spec"]["containers"] == [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}]
