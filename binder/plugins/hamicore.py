@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,9 @@ _INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 log = logging.getLogger(__name__)
 
-_counters: dict[int, Counter] = {}
+# Keyed by the registry itself, weakly: an id() of a registry that was collected is reused by the next one,
+# which then got the dead registry's counter and never showed the metric.
+_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 
 
@@ -41,12 +44,12 @@ def limit_skipped_counter(registry: CollectorRegistry | None = None) -> Counter:
     """`fracgpu_binder_hamicore_limit_skipped_total{reason}` in `registry` (one per registry)."""
     registry = registry or REGISTRY
     with _counters_lock:
-        if id(registry) not in _counters:
-            _counters[id(registry)] = Counter(
+        if registry not in _counters:
+            _counters[registry] = Counter(
                 "fracgpu_binder_hamicore_limit_skipped",
                 "Fraction binds for which hamicore wrote no CUDA_DEVICE_MEMORY_LIMIT, by reason",
                 ["reason"], registry=registry)
-        return _counters[id(registry)]
+        return _counters[registry]
 
 
 @dataclass(frozen=True)

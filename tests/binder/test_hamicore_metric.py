@@ -1,0 +1,17 @@
+"""hamicore's skipped-limit counter lives in the registry it was asked for, however many registries come and go."""
+
+import gc
+
+from prometheus_client import CollectorRegistry
+
+from binder.plugins.hamicore import limit_skipped_counter
+
+
+def test_each_new_registry_gets_its_own_counter_even_at_a_reused_address():
+    for _ in range(100):
+        registry = CollectorRegistry()
+        limit_skipped_counter(registry).labels("node_label_missing").inc()
+        assert registry.get_sample_value("fracgpu_binder_hamicore_limit_skipped_total",
+                                         {"reason": "node_label_missing"}) == 1
+        del registry
+        gc.collect()
