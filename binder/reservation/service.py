@@ -312,15 +312,11 @@ class ReservationService:
         labels = labels_of(pod)
         stale = sorted({labels[key] for key in keys})
         meta = _meta(pod)
-        patch = remove_labels_patch(keys)
-        if meta.get("uid"):
-            patch["metadata"]["uid"] = meta["uid"]
         try:
-            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+            self._remove_group_labels(pod, keys)
         except ApiError as error:
             raise ReservationError(f"failed to remove stale GPU group labels {keys} from pod "
                                    f"<{meta.get('namespace', '')}/{meta.get('name', '')}>: {error}") from error
-        pod.setdefault("metadata", {})["labels"] = {k: v for k, v in labels.items() if k not in keys}
         log.info("removed GPU group labels of an earlier placement", extra={
             "namespace": meta.get("namespace"), "pod": meta.get("name"), "fields": {"groups": stale}})
         return stale
@@ -330,14 +326,18 @@ class ReservationService:
         keys = group_label_keys(pod)
         if not keys:
             return
+        try:
+            self._remove_group_labels(pod, keys)
+        except ApiError as error:
+            if not (error.not_found or pod_was_replaced(error)):
+                raise
+
+    def _remove_group_labels(self, pod: Obj, keys: list[str]) -> None:
+        """PATCH the labels `keys` away (uid precondition), then drop them from the in-memory pod too."""
         meta = _meta(pod)
         patch = remove_labels_patch(keys)
         if meta.get("uid"):
             patch["metadata"]["uid"] = meta["uid"]
-        try:
-            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
-        except ApiError as error:
-            if not (error.not_found or pod_was_replaced(error)):
-                raise
+        self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in keys}
         pod.setdefault("metadata", {})["labels"] = labels

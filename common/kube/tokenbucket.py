@@ -25,14 +25,18 @@ class TokenBucket:
         self._last = clock()
         self._lock = threading.Lock()
 
+    def _refill(self) -> None:
+        """Add the tokens earned since the last call (caller holds the lock)."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+        self._last = now
+
     def reserve(self) -> float:
         """Take one token; return how many seconds the caller must wait before using it."""
         if self.rate <= 0:
             return 0.0
         with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
+            self._refill()
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
@@ -47,9 +51,7 @@ class TokenBucket:
         if self.rate <= 0:
             return 0.0
         with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
+            self._refill()
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 return 0.0
