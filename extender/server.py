@@ -49,6 +49,7 @@ class ExtenderServer:
     def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics) -> None:
         self.verbs = verbs
         self.metrics = metrics
+        verbs.on_bind = lambda outcome: metrics.binds.labels(outcome).inc()
         self.routes: dict[str, Callable[[bytes], Any]] = {
             "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind}
         self.httpd = ThreadingHTTPServer(address, _handler(self))
@@ -111,10 +112,7 @@ class ExtenderServer:
             return protocol.bind_result(str(error))
         error = self.verbs.bind_by_name(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         if not error:
-            self.metrics.binds.labels("bound").inc()
             self.metrics.bind_to_bound.observe(time.perf_counter() - started)
-        else:
-            self.metrics.binds.labels("refused" if "any more" in error else "failed").inc()
         return protocol.bind_result(error)
 
 

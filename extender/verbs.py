@@ -49,13 +49,16 @@ def _pod_key(pod: dict[str, Any]) -> dict[str, Any]:
 class Verbs:
     def __init__(self, ledger: Ledger, bind_requests: BindRequests,
                  find_pod: Callable[[str, str], dict[str, Any] | None], policy: Policy = Policy.BINPACK,
-                 bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+                 on_bind: Callable[[str], None] = lambda outcome: None) -> None:
         self.ledger = ledger
         self.bind_requests = bind_requests
         self.find_pod = find_pod
         self.policy = policy
         self.bind_timeout_s = bind_timeout_s
         self.new_group_id = new_group_id
+        # Told how each bind ended: bound, refused (the node filled up since filter), failed, error (bad request).
+        self.on_bind = on_bind
 
     def filter(self, pod: dict[str, Any], node_names: list[str]) -> tuple[list[str], dict[str, str]]:
         """Nodes that can take the pod, and a reason for each that cannot. Raises InvalidRequest."""
@@ -78,9 +81,11 @@ class Verbs:
         """Bind as the scheduler asks it (by name and uid); "" once bound, else why not."""
         pod = self.find_pod(namespace, name)
         if pod is None:
+            self.on_bind("error")
             return f'pods "{name}" not found in namespace "{namespace}"'
         current_uid = (pod.get("metadata") or {}).get("uid", "")
         if uid and current_uid and uid != current_uid:
+            self.on_bind("error")
             return f'pod "{namespace}/{name}" was replaced (uid {current_uid}, the scheduler asked for {uid})'
         return self.bind(pod, node)
 
@@ -92,12 +97,14 @@ class Verbs:
         try:
             request = request_of(pod)
         except InvalidRequest as error:
+            self.on_bind("error")
             return f'pod "{namespace}/{name}": {error}'
         groups: dict[str, int] | None = None
         if request.shared:
             placed = self.ledger.place(namespace, name, request, node, self.policy, self.new_group_id)
             if isinstance(placed, str):
                 log.info("bind refused: the node no longer fits", extra={**fields, "fields": {"reason": placed}})
+                self.on_bind("refused")
                 return f'node "{node}" cannot take pod "{namespace}/{name}" any more: {placed}'
             groups = placed
         manifest = bind_request_manifest(pod, node, request, groups)
@@ -106,15 +113,18 @@ class Verbs:
         except Exception as error:  # noqa: BLE001 - any API failure is the scheduler's to retry
             self.ledger.release(namespace, name)
             log.warning("cannot create the BindRequest", extra={**fields, "fields": {"error": str(error)}})
+            self.on_bind("failed")
             return f'cannot create BindRequest for pod "{namespace}/{name}": {error}'
         outcome = self.bind_requests.wait(created, self.bind_timeout_s)
         if outcome.bound:
             log.info("pod bound through its BindRequest", extra=fields)
+            self.on_bind("bound")
             return ""
         # The scheduler will try the pod again; a failed BindRequest left behind would still hold its groups.
         self.bind_requests.delete(created)
         self.ledger.release(namespace, name)
         log.warning("bind failed", extra={**fields, "fields": {"reason": outcome.reason}})
+        self.on_bind("failed")
         return outcome.reason
 
     def _views(self, node_names: list[str]) -> tuple[list[Any], dict[str, str]]:
