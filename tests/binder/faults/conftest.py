@@ -7,6 +7,7 @@ test. `world` gives each scenario fresh workload, reservation and lease namespac
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -81,7 +82,8 @@ def world(request: pytest.FixtureRequest, fault_plane: ControlPlane, fault_clien
     nodes = [create_gpu_node(api)["metadata"]["name"] for _ in range(nodes_wanted)]
     player = NodePlayer(fault_client, namespaces[1])
     player.start()
-    sim = SchedulerSimulator(fault_client, namespaces[0], nodes, seed=int(time.time()))
+    seed = int(os.environ.get("FRACGPU_FAULT_SEED") or time.time())  # set it to replay a failed run
+    sim = SchedulerSimulator(fault_client, namespaces[0], nodes, seed=seed)
     print(f"scheduler simulator seed {sim.seed}")
     # Binder logs and kubeconfigs live in the fault plane's own directory: pytest's shared basetemp keeps only
     # the last three runs of every user, and other suites on this machine may run pytest meanwhile.
