@@ -15,6 +15,7 @@ Prints Markdown rows for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -30,6 +31,43 @@ from testbed.stockbed import running_bed  # noqa: E402
 from testbed.stockscheduler import ExtenderProcess  # noqa: E402
 
 CRD = Path(__file__).resolve().parent.parent / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_seconds_by_program() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and every process under it, by program name."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for pid in descendants(os.getpid()):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        name = Path(words[0]).name if words else "?"
+        if name.startswith("python") and len(words) > 2 and words[1] == "-m":
+            name = words[2]
+        elif name.startswith("python") and pid == os.getpid():
+            name = "benchmark (clients, node player)"
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return totals
 
 
 def in_parallel(items: list, clients: int, work) -> None:
@@ -58,6 +96,7 @@ def throughput(plane: ControlPlane, workdir: Path, pods: int, nodes: int, qps: i
                     session.post(f"/api/v1/namespaces/{bed.namespace}/pods",
                                  json=bed.pod(name, {"gpu-fraction": "0.25"}), timeout=60).raise_for_status()
 
+        cpu_before = cpu_seconds_by_program()
         started = time.monotonic()
         in_parallel(names, 16, create)
         created = time.monotonic() - started
@@ -71,6 +110,11 @@ def throughput(plane: ControlPlane, workdir: Path, pods: int, nodes: int, qps: i
         print(f"| {pods} pods, {nodes} nodes x 4 GPUs, binder --qps {qps} --max-concurrent-reconciles {workers} "
               f"| {pods / elapsed:.1f} pods/s "
               f"| all bound {elapsed:.1f} s after the first create (creates took {created:.1f} s) |", flush=True)
+        cpu_after = cpu_seconds_by_program()
+        spent = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
+        ranked = sorted(spent.items(), key=lambda kv: -kv[1])
+        print(f"CPU seconds in those {elapsed:.1f} s (of {2 * elapsed:.1f} on 2 cores): "
+              + ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked if seconds >= 0.05), flush=True)
 
 
 def rss(plane: ControlPlane, workdir: Path, pods: int, nodes: int) -> None:
