@@ -10,6 +10,8 @@ log see a normal client. Rules pick requests by method and path and inject one f
 * `hang()`: never answer and never forward.
 * `reset()`: close the client's connection without an answer and without forwarding.
 
+`cut_watches()` aborts the watch streams open at that moment (a connection dropped mid-stream).
+
 Everything else is forwarded unchanged, watch streams included. Every request is logged in `log` (method,
 path, status, start, duration, rule) for tests to assert on.
 """
@@ -71,6 +73,7 @@ class HttpFaultProxy:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._stopping: asyncio.Event | None = None
+        self._open_watches: set[asyncio.BaseTransport] = set()
         self.port = 0
 
     # ------------------------------------------------------------------ control
@@ -112,6 +115,15 @@ class HttpFaultProxy:
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
+
+    def cut_watches(self) -> int:
+        """Abort every watch stream open through the proxy now, as a dropped connection would; returns how many."""
+        async def cut() -> int:
+            transports = list(self._open_watches)
+            for transport in transports:
+                transport.abort()
+            return len(transports)
+        return asyncio.run_coroutine_threadsafe(cut(), self._loop).result(10)
 
     def requests(self, method: str, path: str) -> list[dict[str, Any]]:
         pattern = re.compile(path)
@@ -182,6 +194,9 @@ class HttpFaultProxy:
         status, headers, stream = await asyncio.shield(upstream)
         self._record(request.method, request.path, status, started, rule)
         response = web.StreamResponse(status=status, headers=headers)
+        watch = request.query.get("watch") in ("true", "1") and request.transport is not None
+        if watch:
+            self._open_watches.add(request.transport)
         try:
             await response.prepare(request)
             async for chunk in stream:
@@ -190,6 +205,8 @@ class HttpFaultProxy:
         except (ConnectionError, aiohttp.ClientError):
             pass  # the client went away (gave up, or was stopped): nothing left to answer
         finally:
+            if watch:
+                self._open_watches.discard(request.transport)
             with contextlib.suppress(RuntimeError):  # still running when this handler is cancelled
                 await stream.aclose()
         return response

@@ -6,11 +6,13 @@ is deleted (DECISIONS §2.4) and serves everything when no caches run (tests, th
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from binder.reservation.groups import has_group_label, labels_of, multi_group_label
 from common import names
-from common.kube.client import bindrequest_path, pod_path
+from common.kube.client import ApiError, bindrequest_path, pod_path
 
 if TYPE_CHECKING:
     from common.kube.cache import Caches
@@ -39,6 +41,16 @@ class ReservationReads(Protocol):
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
         """BindRequests of every namespace whose spec.selectedGPUGroups contains the group."""
+
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        """The pod as this source has it now; None if it has none (raises ApiError if it cannot say)."""
+
+    def pod_changes(self, namespace: str) -> int:
+        """A counter of the changes seen to pods of `namespace`, for wait_for_pod_change."""
+
+    def wait_for_pod_change(self, namespace: str, since: int, timeout: float) -> None:
+        """Return once pod_changes(namespace) differs from `since` (a pod may have changed since it was read),
+        or after `timeout` seconds."""
 
 
 class ApiReads:
@@ -69,12 +81,58 @@ class ApiReads:
         items = self.client.list_all(bindrequest_path()).get("items") or []
         return [br for br in items if group in ((br.get("spec") or {}).get("selectedGPUGroups") or [])]
 
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.client.get(pod_path(namespace, name))
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def pod_changes(self, namespace: str) -> int:
+        return 0
+
+    def wait_for_pod_change(self, namespace: str, since: int, timeout: float) -> None:
+        time.sleep(max(0.0, min(timeout, 0.2)))  # no watch to wake us: poll
+
 
 class CacheReads:
     """Reads from part A's informers (common/kube/cache.py), through their node / gpu-group indexes."""
 
     def __init__(self, caches: Caches) -> None:
+        from common.kube.cache import EventHandlers
+
         self.caches = caches
+        # Waiters for a reservation pod's GPU id sleep on this; every pod change the informer applies wakes
+        # the ones waiting on that namespace. One watch for all waits instead of one per reservation pod.
+        self._changed = threading.Condition()
+        self._changes: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}
+        caches.pods.add_handlers(EventHandlers(on_add=self._pod_changed,
+                                               on_update=lambda _old, new: self._pod_changed(new),
+                                               on_delete=self._pod_changed))
+
+    def _pod_changed(self, pod: Obj) -> None:
+        namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        with self._changed:
+            self._changes[namespace] = self._changes.get(namespace, 0) + 1
+            if self._waiting.get(namespace):
+                self._changed.notify_all()
+
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        return self.caches.pods.get(namespace, name)
+
+    def pod_changes(self, namespace: str) -> int:
+        with self._changed:
+            return self._changes.get(namespace, 0)
+
+    def wait_for_pod_change(self, namespace: str, since: int, timeout: float) -> None:
+        with self._changed:
+            self._waiting[namespace] = self._waiting.get(namespace, 0) + 1
+            try:
+                self._changed.wait_for(lambda: self._changes.get(namespace, 0) != since, max(0.0, timeout))
+            finally:
+                self._waiting[namespace] -= 1
 
     def pods_of_group(self, group: str) -> list[Obj]:
         from common.kube.cache import INDEX_GPU_GROUP

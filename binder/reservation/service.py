@@ -14,7 +14,6 @@ a silently wrong GPU; the group label patch carries the pod's uid, so it never l
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -234,43 +233,44 @@ class ReservationService:
             return False
 
     def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None) -> str:
-        """Watch the reservation pod until it writes a non-empty GPU id, it disappears, the kubelet rejects it,
+        """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
-        attempt starts clean. An API blip or a broken watch stream does not end the wait: the watch is opened
-        again (it starts with the pod's current state) until the deadline (M3)."""
+        attempt starts clean.
+
+        The pod is read from the informer cache and re-read whenever the informer applies a change in the
+        reservation namespace: one watch serves every wait (a watch per reservation pod cost the API server a
+        request and a TLS connection per GPU). An API blip or a broken watch does not end the wait, the
+        informer resumes (M3); a cache that fell behind gets one read from the API server before a timeout
+        is declared."""
         ns = self.settings.namespace
         deadline = time.monotonic() + self.settings.allocation_timeout_s
-        why, rejected = "timed out", ""
+        why, rejected, seen = "timed out", "", False
         try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                params = {"fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(max(1, math.ceil(remaining)))}
-                try:
-                    for event in self.client.watch(pod_path(ns), params):
-                        kind, obj = event.get("type"), event.get("object") or {}
-                        if kind == "ERROR":
-                            raise ApiError(obj.get("code") or 500, obj.get("reason", ""), obj.get("message", ""), obj)
-                        uid = uid or _meta(obj).get("uid")
-                        if kind == "DELETED":
-                            raise ReservationError("reservation pod was deleted")
-                        if kind in ("ADDED", "MODIFIED") and gpu_id_of(obj):
-                            return gpu_id_of(obj)
-                        if _meta(obj).get("deletionTimestamp"):
-                            # A terminating pod's program is being stopped; it will never report a GPU.
-                            raise ReservationError("reservation pod is being deleted")
-                        if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
-                            # Rejected by the kubelet (e.g. OutOfnvidia.com/gpu) or evicted: no GPU id will come.
-                            status = obj.get("status") or {}
-                            rejected = f"reservation pod ended with phase {status.get('phase')}: " \
-                                       f"{status.get('reason', '')} {status.get('message', '')}".strip()
-                            raise ReservationError(rejected)
-                        if time.monotonic() >= deadline:
-                            break
-                except ApiError as error:
-                    if error.status not in (0, 410, 429) and error.status < 500:
-                        raise
-                    log.info("watch of reservation pod %s/%s interrupted (%s); watching again", ns, name, error,
-                             extra=fields)
-                    time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            while True:
+                changes = self.reads.pod_changes(ns)
+                remaining = deadline - time.monotonic()
+                reservation = self.reads.pod(ns, name) if remaining > 0 else self.api.pod(ns, name)
+                if reservation is not None and uid and _meta(reservation).get("uid") != uid:
+                    reservation = None  # a pod of that name before ours, or after it: not ours
+                if reservation is None:
+                    if seen:
+                        raise ReservationError("reservation pod was deleted")
+                else:
+                    seen, uid = True, uid or _meta(reservation).get("uid")
+                    if gpu_id_of(reservation):
+                        return gpu_id_of(reservation)
+                    if _meta(reservation).get("deletionTimestamp"):
+                        # A terminating pod's program is being stopped; it will never report a GPU.
+                        raise ReservationError("reservation pod is being deleted")
+                    status = reservation.get("status") or {}
+                    if status.get("phase") in ("Failed", "Succeeded"):
+                        # Rejected by the kubelet (e.g. OutOfnvidia.com/gpu) or evicted: no GPU id will come.
+                        rejected = f"reservation pod ended with phase {status.get('phase')}: " \
+                                   f"{status.get('reason', '')} {status.get('message', '')}".strip()
+                        raise ReservationError(rejected)
+                if remaining <= 0:
+                    break
+                self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0))
         except (ApiError, ReservationError) as error:
             why = str(error)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)

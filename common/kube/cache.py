@@ -301,12 +301,13 @@ def slim_meta(meta: dict) -> dict:
     return meta
 
 
-POD_STATUS_FIELDS_READ = ("conditions", "resourceClaimStatuses", "extendedResourceClaimStatus")
+POD_STATUS_FIELDS_READ = ("conditions", "resourceClaimStatuses", "extendedResourceClaimStatus", "reason", "message")
 
 
 def slim_pod(pod: dict) -> dict:
     """Keep metadata, spec and the status fields the binder reads: phase, conditions (scale-up check,
-    PodBound), and the DRA claim statuses dynamicresources resolves template claims through."""
+    PodBound), the DRA claim statuses dynamicresources resolves template claims through, and the reason and
+    message a rejected or evicted reservation pod's failure names."""
     status = pod.get("status") or {}
     slim_status = {"phase": status.get("phase", "")}
     for key in POD_STATUS_FIELDS_READ:

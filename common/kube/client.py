@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,8 @@ PATCH_CONTENT_TYPES = {
 }
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
+# How often a rotating credential (in-cluster token, kubeconfig exec plugin) is read again.
+TOKEN_REFRESH_S = 60.0
 
 
 class ApiError(Exception):
@@ -118,6 +121,24 @@ def _error_from_response(method: str, path: str, response: requests.Response) ->
     message = body.get("message") or response.text.strip() or f"{method} {path}: HTTP {response.status_code}"
     reason = body.get("reason") or response.reason or ""
     return ApiError(response.status_code, reason, message, body)
+
+
+def cached_token_source(read: Callable[[], str | None], period_s: float = TOKEN_REFRESH_S,
+                        clock: Callable[[], float] = time.monotonic) -> Callable[[], str | None]:
+    """`read` at most once per `period_s`. The kubeconfig loader's refresh hook re-runs the whole loader (a
+    sixth of the binder's CPU in a burst when called per request), and the kubelet renews a projected token
+    long before the old one expires."""
+    lock = threading.Lock()
+    last: dict[str, Any] = {"at": None, "token": None}
+
+    def token() -> str | None:
+        with lock:
+            now = clock()
+            if last["at"] is None or now - last["at"] >= period_s:
+                last["token"], last["at"] = read(), now
+            return last["token"]
+
+    return token
 
 
 def _token_of(configuration: Any) -> str | None:
@@ -217,9 +238,11 @@ class KubeClient:
                                             client_configuration=configuration)
         if configuration.refresh_api_key_hook is not None:
             # In-cluster tokens are projected and rotate; re-read them through the loader's hook.
-            def token_source() -> str | None:
+            def read_token() -> str | None:
                 configuration.refresh_api_key_hook(configuration)
                 return _token_of(configuration)
+
+            token_source = cached_token_source(read_token)
 
         return cls(
             configuration.host,

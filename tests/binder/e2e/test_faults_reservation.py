@@ -45,18 +45,25 @@ def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
 
 def test_an_api_blip_during_the_reservation_wait_does_not_fail_the_bind(
         fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    """The wait reads the pod informer: its watch dropped and its next two watches answered 503 while the
+    reservation pod is being given its GPU id, the informer resumes and the same attempt binds (M3)."""
     node = make_gpu_node()["metadata"]["name"]
     make_pod(kube, namespace, "blip", fraction="0.5")
-    # The first watch of the reservation pod is answered 503.
-    fault_proxy.answer("GET", rf"/namespaces/{reservation_namespace}/pods$", 503, query="watch=true", times=1)
+    node_player.paused = True
     binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")))
     make_bind_request(kube, namespace, "blip", node, fraction_groups=["gb"])
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gb"))
+    wait_for("reservation pod created", lambda: exists(kube, rsv))
+
+    fault_proxy.answer("GET", r"^/api/v1/pods$", 503, query="watch=true", times=2)
+    assert fault_proxy.cut_watches() >= 1
+    node_player.paused = False  # the GPU id is written while the binder's pod watch is down
 
     br = wait_phase(kube, namespace, "blip", names.PHASE_SUCCEEDED)
     assert br["status"].get("failedAttempts", 0) == 0
-    assert exists(kube, pod_path(reservation_namespace, reservation_name(node, "gb")))
-    watches = fault_proxy.requests("GET", rf"/namespaces/{reservation_namespace}/pods$")
-    assert 503 in [r["status"] for r in watches]
+    assert exists(kube, rsv)
+    watches = fault_proxy.requests("GET", r"^/api/v1/pods$")
+    assert [r["status"] for r in watches].count(503) == 2
 
 
 def test_a_reservation_pod_the_kubelet_rejected_fails_at_once_and_says_why(

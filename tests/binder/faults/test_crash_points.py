@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 # step: (method, path template, before/after, matching requests to let through first)
 CRASH_POINTS = {
     "reservation-pod-created": ("POST", r"/namespaces/{rsv}/pods$", "after", 0),
-    "reservation-watch-open": ("GET", r"/namespaces/{rsv}/pods$", "before", 0),
+    "group-listed": ("GET", r"/namespaces/{rsv}/pods$", "after", 0),
     "group-label-written": ("PATCH", r"/namespaces/{ns}/pods/{pod}$", "after", 0),
     "second-configmap-created": ("POST", r"/namespaces/{ns}/configmaps$", "after", 1),
     "binding-not-sent": ("POST", r"/namespaces/{ns}/pods/{pod}/binding$", "before", 0),
@@ -50,7 +50,7 @@ def crash_and_recover(world: World, point: str, count: int) -> None:
         else:
             proxy.victim = replicas.killer("binder-a")
         path = template.format(rsv=world.reservation_namespace, ns=world.namespace, pod="crash")
-        query = "fieldSelector=metadata.name" if point == "reservation-watch-open" else None  # the wait's watch
+        query = "labelSelector=" if point == "group-listed" else None  # the group's reservation pods, read
         proxy.crash(method, path, when=when, skip=skip, query=query)
         pod = make_pod(world.client, world.namespace, "crash", fraction="0.5")
         with world.sim:
