@@ -14,6 +14,7 @@ a silently wrong GPU; the group label patch carries the pod's uid, so it never l
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from common.kube.client import KubeClient
 
 log = logging.getLogger("binder.reservation")
+# How long a reservation pod this process deleted is remembered (the informer shows its deletion within it).
+DELETED_MEMORY_S = 600.0
 Obj = dict[str, Any]
 
 
@@ -78,6 +81,10 @@ class ReservationService:
         self.api = ApiReads(client)
         self.reads: ReservationReads = reads or self.api
         self.locks = GroupLocks()
+        # uid -> when: reservation pods this process deleted. The cache may show one for a moment after;
+        # its GPU id must never be handed out from there.
+        self._deleted: dict[str, float] = {}
+        self._deleted_lock = threading.Lock()
 
     # ------------------------------------------------------------------ garbage collection
     def sync_all(self) -> None:
@@ -163,11 +170,20 @@ class ReservationService:
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
         if grace_zero:
             options["gracePeriodSeconds"] = 0
+        self._remember_deleted(meta.get("uid"))
         try:
             self.client.delete(pod_path(meta.get("namespace", ""), meta.get("name", "")), body=options)
         except ApiError as error:
             if not (error.not_found or error.conflict):
                 raise
+
+    def _remember_deleted(self, uid: str | None) -> None:
+        now = time.monotonic()
+        with self._deleted_lock:
+            if uid:
+                self._deleted[uid] = now
+            for old in [key for key, at in self._deleted.items() if now - at > DELETED_MEMORY_S]:
+                del self._deleted[old]
 
     # ------------------------------------------------------------------ reservation
     def reserve_gpu_device(self, pod: Obj, node_name: str, group: str) -> str:
@@ -186,10 +202,34 @@ class ReservationService:
                 raise
             return gpu_id
 
+    def _cached_gpu_id(self, node_name: str, group: str) -> str:
+        """The GPU id of the group's one live reservation pod on `node_name` as the informer shows it, or "".
+
+        Every pod after the first on a GPU takes this path, with no API call. Anything else (no reservation
+        pod yet, one without a GPU id, a dead one, another node, two of them) is decided by the API server's
+        list below. A reservation pod evicted or deleted by someone else a moment ago can still show here;
+        the list had the same window (the eviction can follow it), and the GC removes pods left on a
+        reservation that is gone."""
+        if self.reads is self.api:
+            return ""
+        ns = self.settings.namespace
+        mine = [p for p in self.reads.pods_of_group(group) if _meta(p).get("namespace") == ns
+                and labels_of(p).get(names.GPU_GROUP_LABEL) == group]
+        with self._deleted_lock:
+            deleted = _meta(mine[0]).get("uid") in self._deleted if len(mine) == 1 else True
+        if len(mine) != 1 or deleted or not gc.is_live_reservation(mine[0]):
+            return ""
+        if (mine[0].get("spec") or {}).get("nodeName") != node_name:
+            return ""
+        return gpu_id_of(mine[0])
+
     def _gpu_id_locked(self, pod: Obj, node_name: str, group: str) -> str:
         ns = self.settings.namespace
         fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
                   "fields": {"group": group}}
+        cached = self._cached_gpu_id(node_name, group)
+        if cached:
+            return cached
         found = self.client.list_all(pod_path(ns), {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
         existing = found.get("items") or []
         for dead in [p for p in existing if not gc.is_live_reservation(p)]:
@@ -275,6 +315,7 @@ class ReservationService:
             why = str(error)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
         if uid:
+            self._remember_deleted(uid)
             try:
                 self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
                                                              "gracePeriodSeconds": 0, "preconditions": {"uid": uid}})

@@ -290,3 +290,42 @@ def test_a_node_sync_does_not_wait_for_a_group_busy_with_a_reservation(api, name
     finally:
         release.set()
         worker.join()
+
+
+def test_with_the_informers_a_shared_gpu_costs_one_list_and_no_watch_of_its_own(
+        api, namespace, rsv_namespace, scale_namespace, crds, monkeypatch):
+    """The first pod of a group lists, creates and waits on the pod informer; the pods that join it read
+    the reservation pod's GPU id from the informer (no API read at all)."""
+    from binder.reservation.lookups import CacheReads
+    from common.kube.cache import Caches
+
+    caches = Caches.build(api)
+    caches.start()
+    try:
+        assert caches.wait_synced(30)
+        service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
+                                                              scale_adjust_namespace=scale_namespace,
+                                                              allocation_timeout_s=10), CacheReads(caches))
+        reads: list[str] = []
+        for verb in ("list_all", "get", "watch"):
+            real = getattr(api, verb)
+            monkeypatch.setattr(api, verb, lambda path, *a, _real=real, _verb=verb, **k: (  # the service's reads
+                reads.append(f"{_verb} {path}") if rsv_namespace in path
+                and threading.current_thread() is threading.main_thread() else None) or _real(path, *a, **k))
+        pods = [create_pod(api, namespace, fraction_pod_body(f"s{i}")) for i in range(3)]
+        with Annotator(api, rsv_namespace) as annotator:
+            first = service.reserve_gpu_device(pods[0], "n1", "gs")
+        assert first == annotator.served[reservation_pod_name("n1", "gs")]
+        # One list of the group's pods (list_all pages through get), then create, then the informer: no watch.
+        assert [r for r in reads if not r.startswith("get ")] == [f"list_all /api/v1/namespaces/{rsv_namespace}/pods"]
+        assert all(r.endswith(f"/namespaces/{rsv_namespace}/pods") for r in reads), reads
+        reads.clear()
+        deadline = time.monotonic() + 10
+        while not (caches.pods.get(rsv_namespace, reservation_pod_name("n1", "gs")) or {}).get(
+                "metadata", {}).get("annotations") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [service.reserve_gpu_device(p, "n1", "gs") for p in pods[1:]] == [first, first]
+        assert reads == []
+        assert len(api.get(pod_path(rsv_namespace))["items"]) == 1
+    finally:
+        caches.stop()

@@ -246,3 +246,56 @@ def test_stale_group_labels_are_those_of_other_groups():
     single = {"metadata": {"annotations": {"gpu-fraction": "0.5"}, "labels": {"runai-gpu-group": "old"}}}
     assert stale_group_label_keys(single, ["g1"]) == ["runai-gpu-group"]
     assert stale_group_label_keys(single, ["old"]) == []
+
+
+class FakeCacheReads:
+    """What the informer shows: the listed pods, nothing else."""
+
+    def __init__(self, pods):
+        self.pods = pods
+
+    def pods_of_group(self, group):
+        return [p for p in self.pods if belongs_to_group(p, group)]
+
+
+class NoApi:
+    def __getattr__(self, name):
+        raise AssertionError(f"the API server was called: {name}")
+
+
+def reservation_for(group, node="n1", gpu="GPU-1", phase="Running", uid=None, namespace="rsv"):
+    found = pod(name=reservation_pod_name(node, group), namespace=namespace, phase=phase,
+                labels={"runai-gpu-group": group}, annotations={"run.ai/reserve_for_gpu_index": gpu} if gpu else {})
+    found["metadata"]["uid"] = uid or f"uid-{group}"
+    found["spec"] = {"nodeName": node}
+    return found
+
+
+@pytest.mark.parametrize(("shown", "expected"), [
+    ([reservation_for("g")], "GPU-1"),  # a second pod on a GPU: no API call
+    ([], ""),  # no reservation pod yet: create (decided by the API server's list)
+    ([reservation_for("g", gpu="")], ""),  # no GPU id yet: wait
+    ([reservation_for("g", phase="Failed")], ""),  # evicted: its GPU is no longer reserved (M4)
+    ([reservation_for("g", node="n2")], ""),  # on another node: the API path names the error
+    ([reservation_for("g"), reservation_for("g", uid="other")], ""),  # two of them: the API server decides
+    ([reservation_for("g", namespace="team")], ""),  # a fraction pod of the group, not a reservation pod
+])
+def test_the_cached_gpu_id_is_used_only_for_one_live_reservation_pod_on_the_node(shown, expected):
+    from binder.reservation.service import ReservationService
+
+    service = ReservationService(NoApi(), ReservationSettings(namespace="rsv"), FakeCacheReads(shown))
+    assert service._cached_gpu_id("n1", "g") == expected
+
+
+def test_a_reservation_pod_this_binder_deleted_is_never_read_back_from_the_cache():
+    from binder.reservation.service import ReservationService
+
+    class Deletes:
+        def delete(self, path, body=None):
+            self.deleted = (path, body)
+
+    shown = reservation_for("g")
+    service = ReservationService(Deletes(), ReservationSettings(namespace="rsv"), FakeCacheReads([shown]))
+    assert service._cached_gpu_id("n1", "g") == "GPU-1"
+    service._delete_pod(shown, grace_zero=True)  # the GC removed it; the informer has not said so yet
+    assert service._cached_gpu_id("n1", "g") == ""
