@@ -265,7 +265,10 @@ class BindRequestController:
         def decide(current: dict[str, Any]) -> st.StatusDecision:
             return st.decide_success(current) if error is None else st.decide_failure(current, error)
 
-        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields)
+        # A pod bound to another node is bound: this request failed, the pod did not, and its PodBound condition
+        # belongs to whatever bound it (a condition never lies, DECISIONS 2.2). The Warning event says why.
+        condition_pod = None if attempt.step == "bound_elsewhere" else attempt.pod
+        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields, condition_pod)
         if written and attempt.error is not None and self.on_failure_written is not None:
             # No longer an active BindRequest: what its rollback had to keep can go now (L4).
             self.on_failure_written(bind_request)
@@ -280,11 +283,12 @@ class BindRequestController:
         return Result(retry=retry)
 
     def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
-                       pod_report: st.PodReport, fields: dict[str, Any]) -> bool:
-        """Write status, condition and event now; return whether the status is written (or was not needed)."""
+                       pod_report: st.PodReport, fields: dict[str, Any], condition_pod: dict[str, Any] | None) -> bool:
+        """Write status, condition (on `condition_pod`) and event now; return whether the status is written (or
+        was not needed)."""
         written = outcome.write_status(self.client, bind_request, decide, fields, self.caches.bindrequests.store_local)
-        if pod is not None:
-            outcome.write_condition(self.client, pod, pod_report, fields)
+        if condition_pod is not None:
+            outcome.write_condition(self.client, condition_pod, pod_report, fields)
         self.record_event(outcome.event_subject(bind_request, pod), pod_report.event_type, pod_report.reason,
                           pod_report.message)
         return written

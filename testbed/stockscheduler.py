@@ -27,15 +27,19 @@ SCHEDULER_NAME = "fracgpu-scheduler"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scheduler_configuration(kubeconfig: str, extender_url: str) -> dict[str, Any]:
+def scheduler_configuration(kubeconfig: str, extender_url: str, node_cache_capable: bool | None = None
+                            ) -> dict[str, Any]:
     """The KubeSchedulerConfiguration the stock-scheduler component ships, pointed at the test bed: its
-    kubeconfig, the test's extender port, and no leader election (one scheduler)."""
+    kubeconfig, the test's extender port, and no leader election (one scheduler). `node_cache_capable`
+    overrides the shipped setting (False: the scheduler sends whole Node objects and reads them back)."""
     documents = render(MANIFESTS / "overlays" / "stock-scheduler")
     config = yaml.safe_load(find(documents, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
     config["clientConnection"] = {"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
     config["leaderElection"] = {"leaderElect": False}
     (extender,) = config["extenders"]
     extender["urlPrefix"] = extender_url
+    if node_cache_capable is not None:
+        extender["nodeCacheCapable"] = node_cache_capable
     return config
 
 
@@ -137,7 +141,7 @@ class StockScheduler(_Child):
     name = "kube-scheduler"
 
     def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str,
-                 kubeconfig: Path | None = None) -> None:
+                 kubeconfig: Path | None = None, node_cache_capable: bool | None = None) -> None:
         super().__init__(workdir)
         self.control_plane = control_plane
         self.kubeconfig = str(kubeconfig or control_plane.admin_kubeconfig)
@@ -145,7 +149,7 @@ class StockScheduler(_Child):
         self.health_url = f"https://127.0.0.1:{self.port}/healthz"
         self.config_path = self.workdir / "scheduler-config.yaml"
         self.config_path.write_text(yaml.safe_dump(
-            scheduler_configuration(self.kubeconfig, extender_url), sort_keys=False))
+            scheduler_configuration(self.kubeconfig, extender_url, node_cache_capable), sort_keys=False))
 
     def argv(self) -> list[str]:
         kubeconfig = self.kubeconfig

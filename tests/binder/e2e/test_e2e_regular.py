@@ -79,10 +79,27 @@ def test_pod_bound_to_another_node_is_a_failure(binder, kube, namespace, make_gp
     br = wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1)
     assert br["status"]["reason"] == (f"pod {namespace}/p1 is already bound to node {other}, "
                                       f"not to the selected node {node}")
-    condition = wait_for("PodBound=False", lambda: pod_condition(kube.get(pod_path(namespace, "p1"))))
-    assert (condition["status"], condition["reason"]) == ("False", names.REASON_BINDING_ERROR)
     events = wait_for("Warning event", lambda: events_for(kube, namespace, "p1"))
     assert {(e["type"], e["reason"]) for e in events} == {("Warning", "BindingError")}
+    # The pod is bound: a PodBound=False on it would lie. Its condition is left to whatever bound it.
+    assert pod_condition(kube.get(pod_path(namespace, "p1"))) is None
+
+
+def test_a_second_bind_request_for_a_bound_pod_fails_without_touching_its_condition(
+        binder, kube, namespace, make_gpu_node):
+    node, other = (make_gpu_node()["metadata"]["name"] for _ in range(2))
+    make_pod(kube, namespace, "p1")
+    binder()
+    make_bind_request(kube, namespace, "p1", node)
+    wait_phase(kube, namespace, "p1", names.PHASE_SUCCEEDED)
+    bound = wait_for("PodBound=True", lambda: pod_condition(kube.get(pod_path(namespace, "p1"))))
+    assert bound["status"] == "True"
+
+    make_bind_request(kube, namespace, "p1", other, name="p1-again", backoff_limit=0)
+    br = wait_phase(kube, namespace, "p1-again", names.PHASE_FAILED)
+    assert br["status"]["reason"].startswith(f"pod {namespace}/p1 is already bound to node {node}")
+    wait_for("Warning event", lambda: [e for e in events_for(kube, namespace, "p1") if e["type"] == "Warning"])
+    assert pod_condition(kube.get(pod_path(namespace, "p1"))) == bound  # still True, as the pod is bound
 
 
 def test_probes_and_metrics_are_served(binder, kube, namespace, make_gpu_node):

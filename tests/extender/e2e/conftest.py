@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from testbed.kube import apply_crds
 from testbed.local_deploy import SYSTEM, kubeconfig_for
@@ -31,10 +32,14 @@ def nvidia_runtime_class(kube_session: Any) -> None:
 
 
 @pytest.fixture
-def stock_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None, nvidia_runtime_class: None,
-              tmp_path: Path) -> Iterator[StockBed]:
-    """Scheduler and extender as the admin."""
-    with running_bed(control_plane, kube_admin, kube_session, tmp_path) as bed:
+def stock_bed(request: pytest.FixtureRequest, control_plane: Any, kube_admin: Any, kube_session: Any,
+              stock_crds: None, nvidia_runtime_class: None, tmp_path: Path) -> Iterator[StockBed]:
+    """Scheduler and extender as the admin; parametrize indirectly with False for a scheduler that is not
+    nodeCacheCapable (it sends and reads whole Node objects)."""
+    node_cache_capable = getattr(request, "param", None)
+    with running_bed(control_plane, kube_admin, kube_session, tmp_path, node_cache_capable=node_cache_capable) as bed:
+        config = yaml.safe_load(bed.scheduler.config_path.read_text())
+        assert config["extenders"][0]["nodeCacheCapable"] is (node_cache_capable is not False)
         yield bed
 
 

@@ -28,6 +28,10 @@ def reservation_gpu_ids(bed, node):
         names.RESERVE_FOR_GPU_INDEX) for pod in pods if pod["spec"].get("nodeName") == node}
 
 
+BOTH_NODE_MODES = pytest.mark.parametrize("stock_bed", [True, False], indirect=True, ids=["node-cache", "whole-nodes"])
+
+
+@BOTH_NODE_MODES
 def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_configmaps(stock_bed):
     bed = stock_bed
     node = bed.add_node(gpus=3, gpu_memory_mib=40960)
@@ -50,6 +54,7 @@ def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_confi
     assert len(gpu_ids) <= 3
 
 
+@BOTH_NODE_MODES
 def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stock_bed):
     bed = stock_bed
     bed.add_node(gpus=1)
