@@ -109,4 +109,5 @@ def test_a_fresh_control_plane_refuses_at_once_after_start(tmp_path):
                             json=shipped("ValidatingWebhookConfiguration"))
         assert answer.status_code == 422 and "never calls out" in answer.text, answer.text
         assert 0 < plane.loopback_policy_seconds < loopback_policy.ENFORCE_TIMEOUT_S
-        print(f"control plane start {elapsed:.2f} s, of which the loopback policy {plane.loopback_policy_seconds:.2f} s")
+        print(f"control plane start {elapsed:.2f} s, of which the loopback policy "
+              f"{plane.loopback_policy_seconds:.2f} s")

