@@ -1,11 +1,42 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries test
+.PHONY: install k8s-binaries test lock sbom reservation-venv
 
-# Editable install with the test extras; pip makes re-runs a cheap no-op.
+PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
+# uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
+# records the hash of every file of each pinned version; UV_CUSTOM_COMPILE_COMMAND names this target in the headers.
+UV_COMPILE := UV_CUSTOM_COMPILE_COMMAND="make lock" $(PYTHON) -m uv pip compile --quiet --universal \
+	--python-version 3.11 --generate-hashes
+
+# Exactly the hash-locked versions of requirements/test.lock (the image's runtime.lock pins the same ones), then
+# the project itself, editable, resolving nothing (its build backend is in the lock too). Re-runs change nothing.
 install:
-	$(PYTHON) -m pip install --disable-pip-version-check -q -e '.[test]'
+	$(PIP) --require-hashes --no-deps -r requirements/test.lock
+	$(PIP) --no-deps --no-build-isolation -e .
+
+# Re-resolve the locks after changing dependencies in pyproject.toml or requirements/*.in (needs PyPI).
+lock:
+	$(UV_COMPILE) pyproject.toml -o requirements/runtime.lock
+	$(UV_COMPILE) requirements/build.in -o requirements/build.lock
+	$(UV_COMPILE) requirements/reservation.in -c requirements/runtime.lock -o requirements/reservation.lock
+	$(UV_COMPILE) pyproject.toml requirements/build.in --extra test -c requirements/runtime.lock \
+		-c requirements/build.lock -o requirements/test.lock
+
+# CycloneDX SBOMs of both images, made from their locks (every pinned version with the hashes of its files) and
+# pyproject.toml (the root component), into $(SBOM_DIR). Reads only local files.
+SBOM_DIR ?= build
+sbom:
+	mkdir -p $(SBOM_DIR)
+	$(PYTHON) -m cyclonedx_py requirements requirements/runtime.lock --pyproject pyproject.toml \
+		--output-reproducible --output-format JSON -o $(SBOM_DIR)/sbom-fracgpu.cdx.json
+	$(PYTHON) -m cyclonedx_py requirements requirements/reservation.lock --pyproject pyproject.toml \
+		--output-reproducible --output-format JSON -o $(SBOM_DIR)/sbom-fracgpu-reservation.cdx.json
+
+# What the slim reservation image holds, in a fresh venv (no Docker needed): its lock, the fracgpu code, and
+# its size; VENV=... to choose where. docs/benchmarks.md records the figures.
+reservation-venv:
+	tools/lock-venv.sh reservation $(VENV)
 
 # kube-apiserver, kube-controller-manager, kube-scheduler and etcd for the test bed;
 # a no-op when the cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-v1.35.4}) is complete.

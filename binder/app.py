@@ -222,7 +222,7 @@ class BinderApp:
     def _startup_sync(self) -> None:
         try:
             self.reservation.sync_all()
-        except Exception:  # noqa: BLE001 - DECISIONS 2.7: start-up GC never crashes the binder
+        except Exception:  # noqa: BLE001 - docs/decisions.md §2.7: start-up GC never crashes the binder
             log.exception("start-up reservation sync failed")
 
     def _lease_lost(self) -> None:

@@ -169,7 +169,7 @@ class BindRequestController:
             log.warning("bind failed: %s", failure, extra=fields)
             self.pipeline.rollback(ctx)
             if ctx.found_bound_to:
-                # The pod is bound after all (DECISIONS 2.2, 2.3): that is what gets reported (M11).
+                # The pod is bound after all (docs/decisions.md §2.2, §2.3): that is what gets reported (M11).
                 attempt.error = st.already_bound_error({"spec": {"nodeName": ctx.found_bound_to},
                                                         "metadata": attempt.pod.get("metadata") or {}}, node_name)
                 attempt.step = "bound_elsewhere" if attempt.error else "bound"
@@ -229,7 +229,7 @@ class BindRequestController:
     def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:
         bind_request = attempt.bind_request
         if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
-            # Nothing is written and no attempt counted: the outcome is not known yet (DECISIONS 2.3).
+            # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
             if key not in self._undecided:
                 self._undecided[key] = UndecidedBinding(st.uid(bind_request), st.uid(attempt.pod or {}),
                                                         attempt.decide_after, attempt.unknown_message)

@@ -1,6 +1,6 @@
 """bind(): sync reservations on the node → reserve one GPU per group → PreBind → bind → PostBind; rollback().
 
-Reference section 5, with DECISIONS 2.3: when the `pods/binding` call errors, the pod is re-read from the
+Reference section 5, with docs/decisions.md §2.3: when the `pods/binding` call errors, the pod is re-read from the
 API server and a bind that went through counts as a success; rollback re-reads the pod too and never
 undoes anything for a pod that is bound. A Binding answered by a timeout, a reset or a 5xx may still be
 committed after that re-read (the server keeps working on it until its own request timeout): such an
@@ -201,7 +201,7 @@ class Pipeline:
             cause = error
         unknown = BindOutcomeUnknown(message, started + self.apiserver_request_timeout_s) \
             if cause.outcome_unknown else None
-        # DECISIONS 2.3: the call may have gone through although its answer was lost or was an error.
+        # docs/decisions.md §2.3: the call may have gone through although its answer was lost or was an error.
         try:
             current = self.client.get(pod_path(ns, name))
         except ApiError as error:

@@ -1,7 +1,7 @@
 """Pure decisions of the BindRequest controller: what to do with a BindRequest and what to write back.
 
 Nothing here calls the API server, so every rule is unit-tested without a cluster. The rules are the
-reference's (section 4) with DECISIONS section 2 in place of its quirks:
+reference's (section 4) with docs/decisions.md §2 in place of its quirks:
 
 * every failed attempt is persisted: `failedAttempts += 1`, `phase = Failed`, `reason = <error>`;
 * a failed BindRequest is retried with backoff while `failedAttempts < backoffLimit` (unset counts as 1,

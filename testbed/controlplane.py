@@ -4,7 +4,8 @@
 own CA, serving certificate, service-account signing key, RBAC authorization and a static token
 file.  Service-account identities (``system:serviceaccount:<ns>:<sa>``) get static tokens when they
 are declared before ``start()``; identities asked for later are served by client certificates
-signed by the same CA, so any user can be minted at any time.
+signed by the same CA, so any user can be minted at any time. Webhooks may call only loopback URLs
+(testbed/loopback_policy.py, installed and enforced before ``start()`` returns).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import requests
 import yaml
 
+from testbed import loopback_policy
 from testbed.binaries import BinariesMissingError, binaries_dir, find_binary
 from testbed.pki import CertificateAuthority, CertPair, write_service_account_key
 from testbed.procs import free_ports, spawn, tail, terminate
@@ -97,6 +99,7 @@ class ControlPlane:
         self._ca: CertificateAuthority | None = None
         self.port = 0
         self.etcd_url = ""
+        self.loopback_policy_seconds = 0.0  # how long the start waited for the loopback policy to be enforced
 
     # ----------------------------------------------------------------- declaring identities
     def add_service_account(self, namespace: str, name: str) -> None:
@@ -180,6 +183,7 @@ class ControlPlane:
             self._prepare_files()
             self._start_etcd(etcd_bin)
             self._start_apiserver(apiserver_bin)
+            self._install_loopback_policy()
             if self._want_controller_manager:
                 self.start_controller_manager()
         except BaseException:
@@ -329,6 +333,13 @@ class ControlPlane:
 
         self._wait("kube-apiserver /readyz", ready, self.start_timeout)
         self._wait("the default namespace", default_namespace, self.start_timeout)
+
+    def _install_loopback_policy(self) -> None:
+        """No webhook configuration may make the apiserver dial off this machine (testbed/loopback_policy.py)."""
+        try:
+            self.loopback_policy_seconds = loopback_policy.install(self._admin_session(), self.url)
+        except (loopback_policy.LoopbackPolicyError, requests.RequestException) as error:
+            raise ControlPlaneError(f"{error}\n{self.log_tails()}") from error
 
     def _admin_session(self) -> requests.Session:
         session = requests.Session()

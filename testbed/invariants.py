@@ -50,7 +50,7 @@ class Scene:
     # froze (checked against the lease before the freeze, sent after it) reaches the server then; I6 lets one
     # write through within 1 s of waking, as issue 9's S12 allows.
     woken: dict[str, float] = field(default_factory=dict)
-    # Also require a PodBound condition on every pod with a Succeeded BindRequest. Not a DECISIONS 2.2 promise
+    # Also require a PodBound condition on every pod with a Succeeded BindRequest. Not a docs/decisions.md §2.2 promise
     # (that one is "never a false condition"); a replica that exits with the condition write pending loses it.
     require_condition: bool = False
 

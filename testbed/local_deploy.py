@@ -85,17 +85,15 @@ def kubeconfig_for(control_plane: Any, tmp_path: Path, namespace: str, name: str
 
 def point_webhooks_at(admin: requests.Session, documents: list[dict], url: str,
                       labels: dict[str, str] | None = None) -> None:
-    """The shipped registrations reach a Service; a local process has none. Swap service for url and
-    narrow the namespaceSelector to this test's namespace. caBundle stays what `certs ensure` wrote."""
+    """The shipped registrations reach a Service; a local process has none, and testbed.manifests.apply put them on
+    an unserved loopback url. Point that url at `url` (same paths) and narrow the namespaceSelector to this
+    test's namespace. caBundle stays what `certs ensure` wrote."""
     for kind, collection in WEBHOOKS.items():
         configuration = next(d for d in documents if d["kind"] == kind)
         operations = []
         for index, webhook in enumerate(configuration["webhooks"]):
-            operations += [
-                {"op": "remove", "path": f"/webhooks/{index}/clientConfig/service"},
-                {"op": "add", "path": f"/webhooks/{index}/clientConfig/url",
-                 "value": url + webhook["clientConfig"]["service"]["path"]},
-            ]
+            operations.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/url",  # add replaces
+                               "value": url + webhook["clientConfig"]["service"]["path"]})
             if labels:
                 operations.append({"op": "add", "path": f"/webhooks/{index}/namespaceSelector/matchLabels",
                                    "value": labels})

@@ -20,6 +20,8 @@ import jsonpatch
 import requests
 import yaml
 
+from testbed.webhook_registration import UNSERVED_URL, on_loopback
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches"}
@@ -48,6 +50,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
 }
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
 APPLY_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment", "Job", "CronJob",
@@ -177,11 +180,19 @@ def object_path(document: dict[str, Any], named: bool = True) -> str:
     return f"{path}/{name}" if named else path
 
 
-def apply(session: requests.Session, documents: Iterable[dict[str, Any]], timeout: float = 60.0) -> None:
-    """Create each object, or replace it when it exists, in dependency order; wait for CRDs to be served."""
+def apply(session: requests.Session, documents: Iterable[dict[str, Any]], timeout: float = 60.0,
+          webhook_url: str = UNSERVED_URL) -> None:
+    """Create each object, or replace it when it exists, in dependency order; wait for CRDs to be served.
+
+    Webhook configurations are applied on loopback: their Service becomes `webhook_url` + path (the test bed
+    refuses to dial a Service, testbed/loopback_policy.py). By default that URL is served by nothing, so the
+    webhook fails fast until a test points it at its local webhook process; `documents` are not changed.
+    """
     ordered = sorted(documents, key=lambda doc: APPLY_ORDER.index(doc["kind"]) if doc["kind"] in APPLY_ORDER
                      else len(APPLY_ORDER))
     for document in ordered:
+        if document["kind"] in WEBHOOK_KINDS:
+            document = on_loopback(document, webhook_url)
         answer = session.post(object_path(document, named=False), json=document)
         if answer.status_code == 409:
             current = session.get(object_path(document))

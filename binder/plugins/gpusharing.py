@@ -4,7 +4,7 @@ The capabilities ConfigMap `<prefix>-<idx>` gets NVIDIA_VISIBLE_DEVICES (the res
 selectedGPUGroups order, CDI names with cdiEnabled), GPU_PORTION and RUNAI_NUM_OF_GPUS (the BindRequest's
 portion, verbatim) and the legacy RUNAI-VISIBLE-DEVICES when that key is already there. The `-evar`
 ConfigMap is created empty, and receives NVIDIA_VISIBLE_DEVICES only when the fraction container does not
-read it from the capabilities ConfigMap. Rollback deletes both, unless the pod is bound (DECISIONS §2.3).
+read it from the capabilities ConfigMap. Rollback deletes both, unless the pod is bound (docs/decisions.md §2.3).
 """
 
 from __future__ import annotations

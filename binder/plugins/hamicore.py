@@ -2,7 +2,7 @@
 
 CUDA_DEVICE_MEMORY_LIMIT = trunc(node label nvidia.com/gpu.memory MiB × portion) followed by `m`, written
 into the capabilities ConfigMap gpusharing created. When no limit can be computed the bind still goes on,
-as in the reference, but never silently (DECISIONS §2.5): a Warning event on the pod and the
+as in the reference, but never silently (docs/decisions.md §2.5): a Warning event on the pod and the
 `fracgpu_binder_hamicore_limit_skipped_total{reason}` counter say why. `0m` is never written: HAMi-core
 would read it as "unlimited".
 """

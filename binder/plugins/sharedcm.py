@@ -2,7 +2,7 @@
 
 Every read here goes to the API server, never to a cache: the ConfigMap was usually created a moment ago
 by this same attempt, and a cache that has not seen it yet would fail the bind for nothing
-(DECISIONS §2.4). Data is written in the create call when the ConfigMap is new, so the common case is one
+(docs/decisions.md §2.4). Data is written in the create call when the ConfigMap is new, so the common case is one
 request per ConfigMap.
 """
 

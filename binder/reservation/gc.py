@@ -1,7 +1,7 @@
 """Reservation garbage-collection decisions (reference 6.5-6.7): pure functions over listed objects.
 
 The service feeds them first from the cache (cheap, maybe stale) and, before it deletes anything, again
-from the API server (DECISIONS §2.4); only a decision the API server's view confirms is carried out.
+from the API server (docs/decisions.md §2.4); only a decision the API server's view confirms is carried out.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def gpu_groups_of(pod: dict[str, Any]) -> list[str]:
     """Every GPU group a pod belongs to: its `runai-gpu-group` value and every `runai-gpu-group/<g>` value.
 
     Unlike the reference, multi-device pods (which carry only `runai-gpu-group/<g>` labels) count too
-    (DECISIONS §2.6), so their completion and deletion trigger GC like any other fraction pod's.
+    (docs/decisions.md §2.6), so their completion and deletion trigger GC like any other fraction pod's.
     """
     groups: list[str] = []
     for key, value in sorted(labels_of(pod).items()):

@@ -1,7 +1,7 @@
 """Reads the reservation service needs, from the informer caches or straight from the API server.
 
 `CacheReads` (cheap, maybe a moment stale) finds candidates; `ApiReads` confirms a decision before anything
-is deleted (DECISIONS §2.4) and serves everything when no caches run (tests, the start-up sync).
+is deleted (docs/decisions.md §2.4) and serves everything when no caches run (tests, the start-up sync).
 """
 
 from __future__ import annotations

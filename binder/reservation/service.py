@@ -1,11 +1,11 @@
 """Reservation service (reference section 6): one reservation pod per GPU group, its GPU id, and GC.
 
 Reads that only find candidates may come from the informer caches; every read that decides a deletion is
-repeated on the API server first (DECISIONS §2.4). Multi-device fraction pods count in every sync
-(DECISIONS §2.6). All work on one group runs under that group's lock, held across
+repeated on the API server first (docs/decisions.md §2.4). Multi-device fraction pods count in every sync
+(docs/decisions.md §2.6). All work on one group runs under that group's lock, held across
 find → create → wait → label in reserve_gpu_device.
 
-Deliberate differences from the reference, besides the DECISIONS ones: a reservation pod that has not
+Deliberate differences from the reference, besides those in docs/decisions.md: a reservation pod that has not
 written its GPU id yet is waited on rather than reported as an error; a reservation pod deleted while we
 wait fails the wait at once; a reservation pod of the group found on another node is an error rather than
 a silently wrong GPU; the group label patch carries the pod's uid, so it never lands on a re-created pod.

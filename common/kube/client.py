@@ -2,23 +2,21 @@
 
 Every call, watches included, first takes a token from one client-side bucket (`--qps` / `--burst`),
 so the whole process stays within the rate it was given, as client-go's rest client does.
-Authentication and TLS come from a kubeconfig or the in-cluster service account, loaded with the
-`kubernetes` package's config loaders; the requests themselves go through one pooled `requests.Session`.
+Authentication and TLS come from a kubeconfig or the in-cluster service account (common/kube/kubeconfig.py,
+without the `kubernetes` package); the requests themselves go through one pooled `requests.Session`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
 
-from common.kube import retry
+from common.kube import kubeconfig, retry
 from common.kube.fencing import WRITE_METHODS, WriteGuard
 from common.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
 from common.kube.tokenbucket import TokenBucket
@@ -34,8 +32,6 @@ PATCH_CONTENT_TYPES = {
 }
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
-# How often a rotating credential (in-cluster token, kubeconfig exec plugin) is read again.
-TOKEN_REFRESH_S = 60.0
 
 
 class ApiError(Exception):
@@ -123,33 +119,6 @@ def _error_from_response(method: str, path: str, response: requests.Response) ->
     return ApiError(response.status_code, reason, message, body)
 
 
-def cached_token_source(read: Callable[[], str | None], period_s: float = TOKEN_REFRESH_S,
-                        clock: Callable[[], float] = time.monotonic) -> Callable[[], str | None]:
-    """`read` at most once per `period_s`. The kubeconfig loader's refresh hook re-runs the whole loader (a
-    sixth of the binder's CPU in a burst when called per request), and the kubelet renews a projected token
-    long before the old one expires."""
-    lock = threading.Lock()
-    last: dict[str, Any] = {"at": None, "token": None}
-
-    def token() -> str | None:
-        with lock:
-            now = clock()
-            if last["at"] is None or now - last["at"] >= period_s:
-                last["token"], last["at"] = read(), now
-            return last["token"]
-
-    return token
-
-
-def _token_of(configuration: Any) -> str | None:
-    """The bearer token a kubernetes.client Configuration carries (its key name differs by version)."""
-    for key in ("BearerToken", "authorization"):
-        token = configuration.get_api_key_with_prefix(key)
-        if token:
-            return token
-    return None
-
-
 class KubeClient:
     """Raw-path API client. Thread-safe; share one per process."""
 
@@ -223,37 +192,17 @@ class KubeClient:
     def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
                         timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu") -> KubeClient:
         """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
-        from kubernetes import client as k8s_client
-        from kubernetes import config as k8s_config
-
-        configuration = k8s_client.Configuration()
-        token_source = None
-        if path:
-            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
-        else:
-            try:
-                k8s_config.load_incluster_config(client_configuration=configuration)
-            except k8s_config.ConfigException:
-                k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
-                                            client_configuration=configuration)
-        if configuration.refresh_api_key_hook is not None:
-            # In-cluster tokens are projected and rotate; re-read them through the loader's hook.
-            def read_token() -> str | None:
-                configuration.refresh_api_key_hook(configuration)
-                return _token_of(configuration)
-
-            token_source = cached_token_source(read_token)
-
+        credentials = kubeconfig.load(path)
         return cls(
-            configuration.host,
-            token=_token_of(configuration),
-            ca_file=configuration.ssl_ca_cert,
-            cert_file=configuration.cert_file,
-            key_file=configuration.key_file,
-            verify=configuration.verify_ssl,
+            credentials.host,
+            token=credentials.token,
+            ca_file=credentials.ca_file,
+            cert_file=credentials.cert_file,
+            key_file=credentials.key_file,
+            verify=credentials.verify,
             qps=qps,
             burst=burst,
-            token_source=token_source,
+            token_source=credentials.token_source,
             timeout=timeout,
             user_agent=user_agent,
         )

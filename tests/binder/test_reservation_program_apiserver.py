@@ -17,12 +17,15 @@ from common import names
 
 pytestmark = pytest.mark.apiserver
 ROOT = Path(__file__).resolve().parents[2]
+# The interpreter that runs the program: FRACGPU_RESERVATION_PYTHON=<venv>/bin/python runs these tests against the
+# slim reservation image's packages (`make reservation-venv`; docs/benchmarks.md).
+PYTHON = os.environ.get("FRACGPU_RESERVATION_PYTHON") or sys.executable
 
 
 def start(control_plane, env_overrides, *args):
     env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE", "FRACGPU_FAKE_GPU")}
     env.update(env_overrides)
-    return subprocess.Popen([sys.executable, "-m", "binder.reservation", "--kubeconfig",
+    return subprocess.Popen([PYTHON, "-m", "binder.reservation", "--kubeconfig",
                              str(control_plane.admin_kubeconfig), "--log-format", "text", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

