@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries test
+.PHONY: install k8s-binaries chart-tools test
 
 # Editable install with the test extras; pip makes re-runs a cheap no-op.
 install:
@@ -12,7 +12,12 @@ install:
 k8s-binaries:
 	tools/build-k8s.sh
 
-test: install k8s-binaries
+# helm and kustomize for the chart and manifest tests (tools/build-helm.sh); a no-op when
+# $${FRACGPU_HELM_CACHE:-~/.cache/fracgpu/helm-v3.20.2} holds both.
+chart-tools:
+	tools/build-helm.sh
+
+test: install k8s-binaries chart-tools
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo
