@@ -27,9 +27,10 @@ LOCAL_FLAGS = ("--webhook-addr", "--cert-dir", "--health-probe-bind-address", "-
 
 
 def certs_job(documents: list[dict]) -> dict:
-    """The certificate Job (its name carries the version)."""
+    """The certificate Job (its name carries the version; Helm hooks, which carry the same label, left out)."""
     (job,) = [d for d in documents if d["kind"] == "Job"
-              and d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "fracgpu-certs"]
+              and d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "fracgpu-certs"
+              and "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
     return job
 
 
