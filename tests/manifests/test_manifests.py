@@ -74,7 +74,7 @@ def test_webhook_registrations_ship_empty_so_nothing_is_refused_before_certs_reg
 
 def test_certs_job_is_named_for_the_version_and_removes_itself_so_reapplying_never_hits_an_immutable_job():
     job = certs_job(BASE)
-    assert job["metadata"]["name"] == f"fracgpu-certs-{version()}"
+    assert job["metadata"]["name"] == f"fracgpu-certs-{version().replace('.', '-')}"  # a DNS label, as pod names want
     assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 86400
     assert job["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Force=true,Replace=true",
                                               "kustomize.toolkit.fluxcd.io/force": "enabled"}
