@@ -127,8 +127,9 @@ def registration_args(documents: list[dict], url: str, labels: dict[str, str] | 
     apiserver must never be given a webhook that names a Service) and, with `labels`, only in namespaces
     carrying them (the apiserver is shared by every test)."""
     _, args = shipped_args(documents, "Job", certs_job(documents)["metadata"]["name"])
-    ensure_only = ("--renew-before-days", "--days", "--ca-days", "--ca-secret", "--namespace-selector")
-    kept = [arg for arg in args[1:] if arg.split("=", 1)[0] not in ensure_only]
+    dropped = ("--renew-before-days", "--days", "--ca-days",  # ensure's own
+               "--namespace-selector")  # replaced below
+    kept = [arg for arg in args[1:] if arg.split("=", 1)[0] not in dropped]
     selector = json.dumps({"matchLabels": labels}) if labels else ""
     return ["register", *kept, f"--namespace={SYSTEM}", f"--webhook-url={url}", f"--namespace-selector={selector}",
             "--backend-timeout=60"]
