@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries test lock sbom reservation-venv
+.PHONY: install k8s-binaries chart-tools test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -43,7 +43,12 @@ reservation-venv:
 k8s-binaries:
 	tools/build-k8s.sh
 
-test: install k8s-binaries
+# helm and kustomize for the chart and manifest tests (tools/build-helm.sh); a no-op when
+# $${FRACGPU_HELM_CACHE:-~/.cache/fracgpu/helm-v3.20.2} holds both.
+chart-tools:
+	tools/build-helm.sh
+
+test: install k8s-binaries chart-tools
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Sequence
 
 from admission.settings import parse_settings
+from admission.tlsreload import pair_problem
 from common.logs import configure_logging
 
 
@@ -21,6 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(create it with `python -m certs generate --dir {settings.cert_dir}` or mount the "
                   "webhook Secret there)", file=sys.stderr)
             return 2
+    problem = pair_problem(settings.cert_file, settings.key_file)
+    if problem:
+        print(f"fracgpu-admission: {problem}; not serving", file=sys.stderr)
+        return 2
     # Must be set before prometheus_client is imported, so every worker writes to the shared directory.
     own_metrics_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
     if own_metrics_dir:

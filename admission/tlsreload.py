@@ -19,6 +19,21 @@ log = logging.getLogger("admission.tls")
 _RECHECK_SECONDS = 1.0
 
 
+def pair_problem(cert_file: str, key_file: str) -> str | None:
+    """Why this certificate and key cannot serve TLS (unreadable, not PEM, or a key of another certificate), or
+    None. Checked once at start, so a mismatch stops the webhook with a message naming the files instead of
+    showing up later as handshake errors (WRONG_VERSION_NUMBER) in the API server's log."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as error:
+        if "KEY_VALUES_MISMATCH" in str(error):
+            return f"{key_file} is not the private key of the certificate in {cert_file}"
+        return f"{cert_file} and {key_file} do not load as a certificate and its key ({error.reason or error})"
+    except OSError as error:
+        return f"{cert_file} and {key_file} cannot be read ({error})"
+    return None
+
+
 class ReloadingContext:
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file

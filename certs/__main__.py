@@ -1,9 +1,13 @@
-"""`python -m certs`: the admission webhook's certificates.
+"""`python -m certs`: the admission webhook's certificates and registrations.
 
-  ensure    create or renew the CA and the serving certificate in their Secrets and set caBundle on both
-            webhook configurations (in cluster as a Job, or locally with --kubeconfig); idempotent
-  verify    check that every caBundle verifies the stored (and optionally the served) certificate
-  generate  write ca.crt/ca.key and tls.crt/tls.key files (local runs and tests)
+  ensure      create or renew the CA and the serving certificate in their Secrets, set caBundle on the webhooks,
+              and register the webhooks once a backend answers (in cluster as a Job, or locally with
+              --kubeconfig); idempotent
+  register    only the registration, with the caBundle from the serving Secret's ca.crt (cert-manager installs)
+  unregister  remove the webhooks from both configurations: the first step of an uninstall
+  verify      check that every caBundle verifies the stored (and optionally the served) certificate
+  escaped     list fraction pods created while the webhook was not registered (the cut-over check)
+  generate    write ca.crt/ca.key and tls.crt/tls.key files (local runs and tests)
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from certs import cutover, webhooks
 from certs.ensure import Target, ensure, verify
 from certs.kube import CertsApi, CertsApiError
 from certs.pki import generate_directory
-from certs.plan import Lifetimes
+from certs.plan import Lifetimes, stored_bundle
 from common.kube.client import KubeClient
 from common.logs import configure_logging
 
@@ -54,11 +59,28 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=("json", "text"), default="text")
 
 
+def _registration_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scheduler-name", default=webhooks.names.DEFAULT_SCHEDULER_NAME,
+                        help="only pods of this scheduler reach the webhooks (their matchCondition)")
+    parser.add_argument("--failure-policy", choices=webhooks.FAILURE_POLICIES, default="Fail",
+                        help="what the API server does when no webhook answers")
+    parser.add_argument("--namespace-selector", default="",
+                        help="JSON LabelSelector a pod's namespace must also match (kube-system and our own "
+                             "namespace are always left out)")
+    parser.add_argument("--webhook-url", default=None,
+                        help="https:// base URL of a webhook outside the cluster network (instead of the Service)")
+    parser.add_argument("--backend-timeout", type=float, default=300.0,
+                        help="seconds to wait for a webhook backend before registering (then exit 1; a Job retries)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m certs", description="webhook certificates")
+    parser = argparse.ArgumentParser(prog="python -m certs", description="webhook certificates and registrations")
     commands = parser.add_subparsers(dest="command", required=True)
-    ensure_cmd = commands.add_parser("ensure", help="create or renew certificates, Secrets and caBundle")
+    ensure_cmd = commands.add_parser("ensure", help="create or renew certificates, Secrets and caBundle; register")
     _cluster_flags(ensure_cmd)
+    _registration_flags(ensure_cmd)
+    ensure_cmd.add_argument("--no-register", action="store_true",
+                            help="only the Secrets and the caBundle of webhooks already registered")
     ensure_cmd.add_argument("--renew-before-days", type=float, default=30.0,
                             help="renew a certificate that expires within this many days")
     ensure_cmd.add_argument("--days", type=int, default=365, help="serving certificate validity (days)")
@@ -66,6 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     verify_cmd = commands.add_parser("verify", help="check caBundle against the stored/served certificate")
     _cluster_flags(verify_cmd)
     verify_cmd.add_argument("--url", default=None, help="also verify the certificate this https:// URL serves")
+    register_cmd = commands.add_parser("register", help="register the webhooks (caBundle: the Secret's ca.crt)")
+    _cluster_flags(register_cmd)
+    _registration_flags(register_cmd)
+    unregister_cmd = commands.add_parser("unregister", help="remove the webhooks from both configurations")
+    _cluster_flags(unregister_cmd)
+    escaped_cmd = commands.add_parser("escaped", help="list fraction pods the webhook never saw")
+    escaped_cmd.add_argument("--kubeconfig", default=None)
+    escaped_cmd.add_argument("--scheduler-name", default=webhooks.names.DEFAULT_SCHEDULER_NAME)
     generate = commands.add_parser("generate", help="write ca.crt/ca.key, tls.crt/tls.key")
     generate.add_argument("--dir", required=True, help="output directory (an existing CA there is reused)")
     generate.add_argument("--host", action="append", default=[], dest="hosts",
@@ -80,13 +110,45 @@ def _target(args: argparse.Namespace) -> Target:
                   validating=args.validating_webhook_configuration, extra_hosts=tuple(args.hosts))
 
 
+def _registration(args: argparse.Namespace, target: Target) -> webhooks.Registration:
+    return webhooks.Registration(namespace=target.namespace, service=target.service,
+                                 scheduler_name=args.scheduler_name, failure_policy=args.failure_policy,
+                                 namespace_selector=webhooks.parse_namespace_selector(args.namespace_selector),
+                                 url=args.webhook_url)
+
+
+def _register(api: CertsApi, args: argparse.Namespace, target: Target) -> int:
+    """Register with the caBundle the serving Secret carries (ours, or cert-manager's ca.crt)."""
+    registration = _registration(args, target)
+    bundle = stored_bundle(api.read_secret(target.namespace, target.secret))
+    if bundle is None:
+        log.error("register failed: Secret %s/%s has no ca.crt yet", target.namespace, target.secret)
+        return 1
+    outcome = webhooks.register(api, target.configurations(), registration, bundle, args.backend_timeout)
+    for action in outcome.actions:
+        log.info("%s", action)
+    if outcome.problem:
+        log.error("%s", outcome.problem)
+        return 1
+    log.info("%s: the webhooks of %s are registered, calling %s", args.command,
+             ", ".join(name for _, name in target.configurations()), registration.backend)
+    return 0
+
+
 def _cluster_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_format)
     target = _target(args)
     client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
     api = CertsApi(client)
     try:
+        if args.command == "register":
+            return _register(api, args, target)
+        if args.command == "unregister":
+            for action in webhooks.unregister(api, target.configurations()) or ["no webhooks were registered"]:
+                log.info("unregister: %s", action)
+            return 0
         if args.command == "ensure":
+            _registration(args, target)  # a bad registration flag fails before anything is written
             lifetimes = Lifetimes(serving_days=args.days, ca_days=args.ca_days,
                                   renew_before=datetime.timedelta(days=args.renew_before_days))
             report = ensure(api, target, lifetimes)
@@ -105,11 +167,20 @@ def _cluster_command(args: argparse.Namespace) -> int:
                  ", ".join(target.hosts))
         if args.command == "ensure" and not report.actions:
             log.info("ensure: nothing to change")
-    return 0 if report.ok else 1
+    if not report.ok or args.command != "ensure" or args.no_register:
+        return 0 if report.ok else 1
+    try:
+        return _register(api, args, target)
+    except (CertsApiError, ValueError) as error:
+        log.error("register failed: %s", error)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "escaped":
+        configure_logging("text")
+        return cutover.main(args.kubeconfig, args.scheduler_name)
     if args.command == "generate":
         hosts = args.hosts or ["127.0.0.1", "localhost"]
         generate_directory(args.dir, hosts, args.days)

@@ -202,3 +202,8 @@ def bundles_of(configuration: dict[str, Any]) -> list[tuple[str, bytes]]:
         except ValueError:
             found.append((webhook.get("name", "?"), b""))
     return found
+
+
+def stored_bundle(serving_secret: dict[str, Any] | None) -> bytes | None:
+    """The caBundle a serving Secret carries (`ca.crt`: ours, or cert-manager's CA issuer's), or None."""
+    return _decode(serving_secret, CA_CERT_KEY)

@@ -32,8 +32,9 @@ from testbed.local_deploy import (
     RESERVATION,
     SYSTEM,
     Program,
+    certs_job,
     kubeconfig_for,
-    point_webhooks_at,
+    registration_args,
     run_certs,
     shipped_args,
 )
@@ -88,8 +89,9 @@ class Demo:
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
             f"resources: [{MANIFESTS / 'base'}]\n"
             f"components: [{', '.join(str(MANIFESTS / 'components' / name) for name in components)}]\n")
-        say(f"applying manifests/base with the components {', '.join(components)} "
-            "(CRD, namespaces, RBAC, deployments, webhook registrations)")
+        say(f"applying manifests/shared (CRD, reservation namespace), then manifests/base with the components "
+            f"{', '.join(components)} (namespace, RBAC, deployments, empty webhook registrations)")
+        apply(session, render(MANIFESTS / "shared"))
         documents = render(overlay)
         apply(session, documents)
         ensure(session, "/api/v1/namespaces",
@@ -100,10 +102,11 @@ class Demo:
         return documents
 
     def run_certs(self, session: KubeSession, documents: list[dict[str, Any]]) -> Path:
-        say("python -m certs ensure, as ServiceAccount fracgpu-certs: CA, serving certificate, Secret, caBundle")
+        say("python -m certs ensure, as ServiceAccount fracgpu-certs: CA, serving certificate, Secret")
         kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-certs")
-        job = find(documents, "Job", "fracgpu-certs")["spec"]["template"]["spec"]["containers"][0]["args"]
-        result = run_certs(kubeconfig, [*job[1:], "--host", "127.0.0.1"], self.workdir / "certs.log")
+        _, job = shipped_args(documents, "Job", certs_job(documents)["metadata"]["name"])
+        result = run_certs(kubeconfig, [*job, f"--namespace={SYSTEM}", "--host", "127.0.0.1", "--no-register"],
+                           self.workdir / "certs.log")
         if result.returncode != 0:
             raise RuntimeError(f"certs ensure failed:\n{result.stdout}{result.stderr}")
         secret = session.get(f"/api/v1/namespaces/{SYSTEM}/secrets/fracgpu-admission-tls").json()
@@ -117,7 +120,12 @@ class Demo:
         _, args = shipped_args(documents, "Deployment", "fracgpu-admission")
         say(f"starting the admission webhook (gunicorn, TLS) with its Deployment's flags: {' '.join(args)}")
         self.admission = AdmissionProcess(self.workdir / "admission", args).start()
-        point_webhooks_at(session, documents, self.admission.url)
+        say("python -m certs register: the webhooks go live now that the webhook answers")
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-certs")
+        result = run_certs(kubeconfig, registration_args(documents, self.admission.url),
+                           self.workdir / "certs-register.log")
+        if result.returncode != 0:
+            raise RuntimeError(f"certs register failed:\n{result.stdout}{result.stderr}")
         probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "annotations": {
             names.GPU_FRACTION: "0.5"}}, "spec": {"schedulerName": self.scheduler_name,
                                                   "containers": [{"name": "c", "image": "x"}]}}
@@ -127,7 +135,7 @@ class Demo:
             return answer.ok and names.SHARED_GPU_CONFIGMAP in answer.json()["metadata"].get("annotations", {})
 
         wait_for("the apiserver to call the webhook", webhook_called, timeout=30)
-        say(f"webhook registrations point at {self.admission.url}, trusted through the caBundle certs wrote")
+        say(f"webhook registrations call {self.admission.url}, trusted through the caBundle certs wrote")
 
     def start_binder(self, documents: list[dict[str, Any]]) -> None:
         module, args = shipped_args(documents, "Deployment", "fracgpu-binder")

@@ -6,13 +6,13 @@ ServiceAccount (a real TokenRequest token), so what works here works with the sh
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-
-import requests
 
 from testbed.controlplane import User
 from testbed.kube import http_session
@@ -26,10 +26,49 @@ WEBHOOKS = {"MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/
 LOCAL_FLAGS = ("--webhook-addr", "--cert-dir", "--health-probe-bind-address", "--metrics-bind-address")
 
 
+def certs_job(documents: list[dict]) -> dict:
+    """The certificate Job (its name carries the version; Helm hooks, which carry the same label, left out)."""
+    (job,) = [d for d in documents if d["kind"] == "Job"
+              and d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "fracgpu-certs"
+              and "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+    return job
+
+
+def container_env(documents: list[dict], document: dict, container: dict) -> dict[str, str]:
+    """The environment the kubelet would give the container: envFrom ConfigMaps, then literal and downward-API
+    values (only what the manifests use)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        env.update(find(documents, "ConfigMap", source["configMapRef"]["name"]).get("data") or {})
+    for item in container.get("env") or []:
+        value_from = item.get("valueFrom") or {}
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif (value_from.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
+            env[item["name"]] = document["metadata"]["namespace"]
+        elif "configMapKeyRef" in value_from:
+            ref = value_from["configMapKeyRef"]
+            env[item["name"]] = find(documents, "ConfigMap", ref["name"])["data"][ref["key"]]
+    return env
+
+
+def expand(arg: str, env: dict[str, str]) -> str:
+    """The kubelet's `$(VAR)` expansion of args (an undefined variable stays as written)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda match: env.get(match[1], match[0]), arg)
+
+
+def container_args(documents: list[dict], document: dict) -> list[str]:
+    """The first container's args as the process would see them."""
+    spec = document["spec"]
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"] if "jobTemplate" in spec else spec["template"]["spec"]
+    container = pod["containers"][0]
+    env = container_env(documents, document, container)
+    return [expand(arg, env) for arg in container["args"]]
+
+
 def shipped_args(documents: list[dict], kind: str, name: str) -> tuple[str, list[str]]:
     """(module, args) of the object's container, minus the listening addresses a local run replaces."""
-    spec = find(documents, kind, name)["spec"]
-    args = spec["template"]["spec"]["containers"][0]["args"]
+    args = container_args(documents, find(documents, kind, name))
     kept = [arg for arg in args[1:] if arg.split("=", 1)[0] not in LOCAL_FLAGS]
     return args[0], kept
 
@@ -83,19 +122,14 @@ def kubeconfig_for(control_plane: Any, tmp_path: Path, namespace: str, name: str
                                           service_account_user(control_plane, namespace, name))
 
 
-def point_webhooks_at(admin: requests.Session, documents: list[dict], url: str,
-                      labels: dict[str, str] | None = None) -> None:
-    """The shipped registrations reach a Service; a local process has none, and testbed.manifests.apply put them on
-    an unserved loopback url. Point that url at `url` (same paths) and narrow the namespaceSelector to this
-    test's namespace. caBundle stays what `certs ensure` wrote."""
-    for kind, collection in WEBHOOKS.items():
-        configuration = next(d for d in documents if d["kind"] == kind)
-        operations = []
-        for index, webhook in enumerate(configuration["webhooks"]):
-            operations.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/url",  # add replaces
-                               "value": url + webhook["clientConfig"]["service"]["path"]})
-            if labels:
-                operations.append({"op": "add", "path": f"/webhooks/{index}/namespaceSelector/matchLabels",
-                                   "value": labels})
-        admin.patch(f"{collection}/{configuration['metadata']['name']}", json=operations,
-                    headers={"Content-Type": "application/json-patch+json"}).raise_for_status()
+def registration_args(documents: list[dict], url: str, labels: dict[str, str] | None = None) -> list[str]:
+    """`certs register` as the shipped Job would run it, but calling the local webhook at `url` (the test bed's
+    apiserver must never be given a webhook that names a Service) and, with `labels`, only in namespaces
+    carrying them (the apiserver is shared by every test)."""
+    _, args = shipped_args(documents, "Job", certs_job(documents)["metadata"]["name"])
+    dropped = ("--renew-before-days", "--days", "--ca-days",  # ensure's own
+               "--namespace-selector")  # replaced below
+    kept = [arg for arg in args[1:] if arg.split("=", 1)[0] not in dropped]
+    selector = json.dumps({"matchLabels": labels}) if labels else ""
+    return ["register", *kept, f"--namespace={SYSTEM}", f"--webhook-url={url}", f"--namespace-selector={selector}",
+            "--backend-timeout=60"]

@@ -2,15 +2,19 @@
 
 Machines without kubectl still need the rendered manifests (tests, the demo), so this module reads the
 kustomizations itself. It understands exactly what manifests/ uses: `resources` (files and
-directories), `components`, and `patches` (inline or `path:`; JSON 6902 lists, or strategic-merge maps
-with `$patch: delete` or plain map merges) with a `target` of group/version/kind/name/namespace. Any
-other field is an error, so a kustomization that grows beyond the subset fails loudly instead of
-rendering differently from kubectl.
+directories), `components`, `patches` (inline or `path:`; JSON 6902 lists, or strategic-merge maps
+with `$patch: delete` or plain map merges) with a `target` of group/version/kind/name/namespace,
+`namespace`, `commonAnnotations`, `configMapGenerator` (literals; create or merge; the name gets kustomize's
+content hash and every reference follows) and `sortOptions` (accepted; the order is the resources' order).
+Any other field is an error, so a kustomization that grows beyond the subset fails loudly instead of
+rendering differently from kubectl; tests/manifests/test_kustomize_parity.py compares it with kustomize itself.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,7 +28,14 @@ from testbed.webhook_registration import UNSERVED_URL, on_loopback
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches"}
+KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches", "namespace", "commonAnnotations",
+                        "configMapGenerator", "sortOptions"}
+GENERATOR_FIELDS = {"name", "namespace", "behavior", "literals", "options"}
+# Marks a generated ConfigMap until render() gives it its hashed name (never in the output).
+_GENERATED = "testbed.fracgpu/generated"
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+                  "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "StorageClass",
+                  "RuntimeClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 PATCH_FIELDS = {"patch", "path", "target"}
 TARGET_FIELDS = {"group", "version", "kind", "name", "namespace"}
 
@@ -47,14 +58,15 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
     "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
                                        False),
+    "ResourceQuota": ("/api/v1", "resourcequotas", True),
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
-APPLY_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-               "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment", "Job", "CronJob",
-               "PodDisruptionBudget", "Issuer", "Certificate", "MutatingWebhookConfiguration",
+APPLY_ORDER = ["Namespace", "ResourceQuota", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+               "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment", "Job",
+               "CronJob", "PodDisruptionBudget", "Issuer", "Certificate", "MutatingWebhookConfiguration",
                "ValidatingWebhookConfiguration"]
 
 
@@ -135,14 +147,73 @@ def _apply_patch(documents: list[dict[str, Any]], entry: dict[str, Any], directo
     return documents
 
 
-def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
-    """The objects `kubectl kustomize <directory>` would print (in resource order, not kubectl's)."""
-    directory = Path(directory).resolve()
+def _generate(documents: list[dict[str, Any]], generators: list[dict[str, Any]], directory: Path,
+              ) -> list[dict[str, Any]]:
+    """configMapGenerator: a new ConfigMap (behavior create), or literals merged into one generated earlier."""
+    for generator in generators:
+        unknown = set(generator) - GENERATOR_FIELDS
+        if unknown:
+            raise RenderError(f"{directory}: unsupported configMapGenerator fields {sorted(unknown)}")
+        data = dict(literal.split("=", 1) for literal in generator.get("literals") or [])
+        options = generator.get("options") or {}
+        if set(options) - {"labels", "annotations"}:
+            raise RenderError(f"{directory}: unsupported configMapGenerator options {sorted(options)}")
+        behavior = generator.get("behavior", "create")
+        if behavior == "merge":
+            wanted = ("ConfigMap", generator.get("namespace", ""), generator["name"])
+            hits = [doc for doc in documents if key(doc) == wanted or (
+                "namespace" not in generator and key(doc)[::2] == wanted[::2])]
+            if not hits:
+                raise RenderError(f"{directory}: configMapGenerator {generator['name']}: nothing to merge into")
+            for document in hits:
+                document["data"].update(data)
+                for field in ("labels", "annotations"):
+                    document["metadata"].setdefault(field, {}).update(options.get(field) or {})
+            continue
+        if behavior != "create":
+            raise RenderError(f"{directory}: unsupported configMapGenerator behavior {behavior!r}")
+        metadata: dict[str, Any] = {"name": generator["name"],
+                                    "annotations": {**(options.get("annotations") or {}), _GENERATED: "true"}}
+        if generator.get("namespace"):
+            metadata["namespace"] = generator["namespace"]
+        if options.get("labels"):
+            metadata["labels"] = dict(options["labels"])
+        documents.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data})
+    return documents
+
+
+def _set_namespace(documents: list[dict[str, Any]], namespace: str) -> None:
+    """kustomize's `namespace:`: every namespaced object moves, Namespace objects are renamed, and RoleBinding
+    subjects that name a ServiceAccount of this build follow it."""
+    moved = {(doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+             for doc in documents if doc["kind"] == "ServiceAccount"}
+    for document in documents:
+        if document["kind"] == "Namespace":
+            document["metadata"]["name"] = namespace
+        elif document["kind"] not in CLUSTER_SCOPED:
+            document["metadata"]["namespace"] = namespace
+        if document["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            for subject in document.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount" and \
+                        (subject.get("namespace", ""), subject["name"]) in moved | {("", "default")}:
+                    subject["namespace"] = namespace
+
+
+def _annotate(documents: list[dict[str, Any]], annotations: dict[str, str], directory: Path) -> None:
+    for document in documents:
+        if "template" in (document.get("spec") or {}) or "jobTemplate" in (document.get("spec") or {}):
+            raise RenderError(f"{directory}: commonAnnotations on workloads is not implemented")
+        document["metadata"].setdefault("annotations", {}).update(annotations)
+
+
+def _build(directory: Path) -> list[dict[str, Any]]:
+    """One kustomization, in kustomize's order: resources, generators, components, then its own transformers."""
     kustomization = _kustomization(directory)
     documents: list[dict[str, Any]] = []
     for resource in kustomization.get("resources") or []:
         path = (directory / resource).resolve()
-        documents.extend(render(path) if path.is_dir() else _read_documents(path))
+        documents.extend(_build(path) if path.is_dir() else _read_documents(path))
+    documents = _generate(documents, kustomization.get("configMapGenerator") or [], directory)
     for component in kustomization.get("components") or []:
         component_dir = (directory / component).resolve()
         component_kustomization = _kustomization(component_dir)
@@ -150,17 +221,70 @@ def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
             raise RenderError(f"{component_dir}: not a kustomize Component")
         for resource in component_kustomization.get("resources") or []:  # added first, then patched with the rest
             path = (component_dir / resource).resolve()
-            documents.extend(render(path) if path.is_dir() else _read_documents(path))
+            documents.extend(_build(path) if path.is_dir() else _read_documents(path))
+        documents = _generate(documents, component_kustomization.get("configMapGenerator") or [], component_dir)
         for entry in component_kustomization.get("patches") or []:
             documents = _apply_patch(documents, entry, component_dir)
     for entry in kustomization.get("patches") or []:
         documents = _apply_patch(documents, entry, directory)
+    if kustomization.get("namespace"):
+        _set_namespace(documents, kustomization["namespace"])
+    if kustomization.get("commonAnnotations"):
+        _annotate(documents, kustomization["commonAnnotations"], directory)
     seen: set[tuple[str, str, str]] = set()
     for document in documents:
         if key(document) in seen:
             raise RenderError(f"{directory}: {key(document)} appears twice")
         seen.add(key(document))
     return documents
+
+
+def content_hash(configmap: dict[str, Any]) -> str:
+    """kustomize's name suffix for a generated ConfigMap: sha256 of Go's JSON of {data, kind, name}, 10 characters,
+    with 0 1 3 a e spelled g h k m t. kustomize looks the name up as one field called "metadata/name", finds none
+    and hashes "" instead: so does this (and the chart's fracgpu.settingsName)."""
+    encoded = json.dumps({"data": configmap.get("data") or {}, "kind": "ConfigMap", "name": ""},
+                         sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    encoded = encoded.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # as Go escapes
+    digest = hashlib.sha256(encoded.encode()).hexdigest()[:10]
+    return digest.translate(str.maketrans("013ae", "ghkmt"))
+
+
+def _pod_specs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = document.get("spec") or {}
+    if "jobTemplate" in spec:
+        return [spec["jobTemplate"]["spec"]["template"]["spec"]]
+    return [spec["template"]["spec"]] if "template" in spec else []
+
+
+def _name_generated(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give generated ConfigMaps their hashed names and point every reference in pod templates at them."""
+    renamed: dict[tuple[str, str], str] = {}
+    for document in documents:
+        annotations = document["metadata"].get("annotations") or {}
+        if annotations.pop(_GENERATED, None) is None:
+            continue
+        if not annotations:
+            document["metadata"].pop("annotations")
+        name = document["metadata"]["name"]
+        document["metadata"]["name"] = f"{name}-{content_hash(document)}"
+        renamed[(document["metadata"].get("namespace", ""), name)] = document["metadata"]["name"]
+    for document in documents:
+        namespace = document["metadata"].get("namespace", "")
+        for pod in _pod_specs(document):
+            refs = [source["configMapRef"] for container in pod.get("containers") or []
+                    for source in container.get("envFrom") or [] if "configMapRef" in source]
+            refs += [env["valueFrom"]["configMapKeyRef"] for container in pod.get("containers") or []
+                     for env in container.get("env") or [] if "configMapKeyRef" in (env.get("valueFrom") or {})]
+            refs += [volume["configMap"] for volume in pod.get("volumes") or [] if "configMap" in volume]
+            for ref in refs:
+                ref["name"] = renamed.get((namespace, ref.get("name", "")), ref.get("name"))
+    return documents
+
+
+def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize <directory>` would print (in resource order, not kubectl's)."""
+    return _name_generated(_build(Path(directory).resolve()))
 
 
 def find(documents: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

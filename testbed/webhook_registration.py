@@ -1,13 +1,13 @@
-"""Register the shipped webhook manifests with a test-bed apiserver, pointed at a local webhook process.
+"""Register fracgpu's webhooks with a test-bed apiserver, pointed at a local webhook process.
 
-The manifests reach the webhook through a Service; a local process has none, and the test bed must never dial a
-Service's cluster IP (testbed/loopback_policy.py refuses it), so each clientConfig's `service` is rewritten to a
-loopback `url` with the same path (`on_loopback`), and the caBundle is set to our test CA.
+The definitions are the ones `python -m certs register` writes (certs/webhooks.py) under the names the manifests
+ship, but calling a loopback `url` (a local process has no Service, and the test bed's apiserver must never dial
+a Service's cluster IP: testbed/loopback_policy.py refuses it) with our test CA as caBundle. `on_loopback`
+rewrites any other configuration that names a Service the same way.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +17,8 @@ from typing import Any
 import requests
 import yaml
 
+from certs import webhooks
+from certs.kube import MUTATING, VALIDATING
 from common import names
 
 WEBHOOKS_MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "admission" / "webhooks.yaml"
@@ -24,6 +26,7 @@ _COLLECTIONS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
 }
+_RESOURCES = {"MutatingWebhookConfiguration": MUTATING, "ValidatingWebhookConfiguration": VALIDATING}
 
 
 # Where a webhook configuration points before its local webhook process runs: loopback port 1 (tcpmux), which
@@ -47,21 +50,17 @@ def on_loopback(configuration: dict[str, Any], base_url: str = UNSERVED_URL) -> 
 def local_webhook_configurations(base_url: str, ca_pem: bytes, name_suffix: str = "",
                                   namespace_labels: dict[str, str] | None = None,
                                   scheduler_name: str | None = None) -> list[dict[str, Any]]:
-    """The shipped configurations, calling `base_url` instead of the in-cluster Service; with
-    `scheduler_name`, matching that scheduler's pods instead of the KAI scheduler's."""
-    documents = [doc for doc in yaml.safe_load_all(WEBHOOKS_MANIFEST.read_text()) if doc]
+    """The shipped configurations as `certs register` fills them, calling `base_url` instead of the in-cluster
+    Service; with `scheduler_name`, matching that scheduler's pods instead of the KAI scheduler's."""
+    registration = webhooks.Registration(
+        namespace="fracgpu-system", service="fracgpu-admission", url=base_url,
+        scheduler_name=scheduler_name or names.DEFAULT_SCHEDULER_NAME,
+        namespace_selector={"matchLabels": dict(namespace_labels)} if namespace_labels else {})
     configured = []
-    for document in documents:
-        document = on_loopback(document, base_url)
+    for shell in (doc for doc in yaml.safe_load_all(WEBHOOKS_MANIFEST.read_text()) if doc):
+        document = copy.deepcopy(shell)
         document["metadata"]["name"] += name_suffix
-        for webhook in document["webhooks"]:
-            webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_pem).decode()
-            if namespace_labels:
-                webhook["namespaceSelector"]["matchLabels"] = dict(namespace_labels)
-            if scheduler_name:
-                for condition in webhook.get("matchConditions") or []:
-                    condition["expression"] = condition["expression"].replace(
-                        f"'{names.DEFAULT_SCHEDULER_NAME}'", f"'{scheduler_name}'")
+        document["webhooks"] = webhooks.desired_webhooks(registration, _RESOURCES[document["kind"]], ca_pem)
         configured.append(document)
     return configured
 

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from test_rbac import SYSTEM, WEBHOOKS, kubeconfig_for
 
+from certs import webhooks
 from certs.checks import load_certificates
 from certs.ensure import served_certificate
+from certs.kube import MUTATING, VALIDATING
 from testbed.kube import http_session
 from testbed.manifests import MANIFESTS, apply, render
 from testbed.webhook import AdmissionProcess
@@ -33,9 +35,14 @@ CERTS_OBJECTS = {("Namespace", SYSTEM), ("ServiceAccount", "fracgpu-certs"), ("R
 
 
 def quiet(document: dict[str, Any]) -> dict[str, Any]:
-    """A webhook configuration that matches no namespace, so it never intercepts another test's pods."""
-    for webhook in document.get("webhooks") or []:
-        webhook["namespaceSelector"]["matchLabels"] = {"fracgpu-certs-test": "never"}
+    """The shipped (empty) configuration with registered webhooks that match no namespace, call a loopback URL
+    and have no caBundle yet: what `ensure` must repair, and never a pod of another test intercepted."""
+    if document["kind"] in WEBHOOKS:
+        registration = webhooks.Registration(namespace=SYSTEM, service="fracgpu-admission",
+                                             url="https://127.0.0.1:1",
+                                             namespace_selector={"matchLabels": {"fracgpu-certs-test": "never"}})
+        resource = MUTATING if document["kind"].startswith("Mutating") else VALIDATING
+        document["webhooks"] = webhooks.desired_webhooks(registration, resource, b"")
     return document
 
 
@@ -60,7 +67,10 @@ def certs(control_plane, certs_objects, tmp_path):
     kubeconfig = kubeconfig_for(control_plane, tmp_path, SYSTEM, "fracgpu-certs")
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "certs", *args, f"--namespace={SYSTEM}", "--kubeconfig",
+        # ensure without registering: these tests are about the certificates and the caBundle of webhooks
+        # already registered (tests/apiserver/test_lifecycle.py covers registration)
+        only = ["--no-register"] if args[0] == "ensure" else []
+        return subprocess.run([sys.executable, "-m", "certs", *args, *only, f"--namespace={SYSTEM}", "--kubeconfig",
                                str(kubeconfig)], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
     return run

@@ -1,11 +1,12 @@
 """RBAC proof: the shipped manifests give each program exactly what it calls.
 
-manifests/ (with the hamicore component, so both programs run their hamicore paths) is applied to the
-RBAC-enforcing test-bed apiserver. Then every program runs as a local process authenticated as its own
-ServiceAccount, with the arguments its Deployment/Job carries:
+manifests/shared and manifests/overlays/hamicore (the hamicore component, so both programs run their hamicore
+paths) are applied to the RBAC-enforcing test-bed apiserver. Then every program runs as a local process
+authenticated as its own ServiceAccount, with the arguments its Deployment/Job carries:
 
-  certs ensure (fracgpu-certs)   Secrets + caBundle on both webhook configurations; certs verify checks
-                                 the caBundle against the certificate the webhook really serves
+  certs ensure (fracgpu-certs)   the Secrets; then certs register fills both webhook configurations (calling the
+                                 local webhook by URL) and certs verify checks the caBundle against the
+                                 certificate the webhook really serves
   admission (no API access)      serves that certificate; the apiserver calls it using that caBundle
   binder (fracgpu-binder)        caches, leader Lease, reservation pod, ConfigMaps, binding, status, events
   binder.reservation (kai-resource-reservation)  writes the (fake) GPU UUID onto its reservation pod
@@ -35,13 +36,14 @@ from testbed.local_deploy import (
     SYSTEM,
     WEBHOOKS,
     Program,
+    certs_job,
     kubeconfig_for,
-    point_webhooks_at,
+    registration_args,
     run_certs,
     service_account_user,
     shipped_args,
 )
-from testbed.manifests import MANIFESTS, apply, find, render
+from testbed.manifests import MANIFESTS, apply, render
 from testbed.webhook import AdmissionProcess, free_port
 
 pytestmark = pytest.mark.apiserver
@@ -50,8 +52,9 @@ pytestmark = pytest.mark.apiserver
 
 @pytest.fixture(scope="module")
 def installed(control_plane: Any) -> Iterator[list[dict]]:
-    """manifests/overlays/hamicore applied as the admin; our webhook registrations removed afterwards."""
-    documents = render(MANIFESTS / "overlays" / "hamicore")
+    """manifests/shared and manifests/overlays/hamicore applied as the admin; our webhook registrations removed
+    afterwards."""
+    documents = render(MANIFESTS / "shared") + render(MANIFESTS / "overlays" / "hamicore")
     with http_session(control_plane) as admin:
         apply(admin, documents)
         admin.post("/apis/node.k8s.io/v1/runtimeclasses", json={
@@ -84,18 +87,14 @@ def test_whole_flow_runs_on_the_shipped_rbac(control_plane, installed, namespace
     programs: list[Program] = []
     admission: AdmissionProcess | None = None
     try:
-        # 1. certs, as fracgpu-certs: CA + serving certificate into Secrets, caBundle onto both configurations.
+        # 1. certs, as fracgpu-certs: CA + serving certificate into Secrets (the webhooks come once one answers).
         certs_kubeconfig = kubeconfig_for(control_plane, tmp_path, SYSTEM, "fracgpu-certs")
-        job = find(documents, "Job", "fracgpu-certs")["spec"]["template"]["spec"]["containers"][0]["args"]
-        ensured = run_certs(certs_kubeconfig, [*job[1:], "--host", "127.0.0.1"], tmp_path / "certs-ensure.log")
+        _, job = shipped_args(documents, "Job", certs_job(documents)["metadata"]["name"])
+        ensured = run_certs(certs_kubeconfig, [*job, f"--namespace={SYSTEM}", "--host", "127.0.0.1", "--no-register"],
+                            tmp_path / "certs-ensure.log")
         assert ensured.returncode == 0, ensured.stdout + ensured.stderr
         secret = admin.get(f"/api/v1/namespaces/{SYSTEM}/secrets/fracgpu-admission-tls").json()
         data = {key: base64.b64decode(value) for key, value in secret["data"].items()}
-        for kind, collection in WEBHOOKS.items():
-            name = next(d for d in documents if d["kind"] == kind)["metadata"]["name"]
-            for webhook in admin.get(f"{collection}/{name}").json()["webhooks"]:
-                bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])
-                assert bundle == data["ca.crt"] and bundle != data["tls.crt"]
 
         # 2. admission with that certificate and its Deployment's flags; no API credentials at all.
         cert_dir = tmp_path / "admission" / "certs"
@@ -107,7 +106,14 @@ def test_whole_flow_runs_on_the_shipped_rbac(control_plane, installed, namespace
         label = {f"fracgpu-rbac-{uuid.uuid4().hex[:8]}": "yes"}
         admin.patch(f"/api/v1/namespaces/{namespace}", json={"metadata": {"labels": label}},
                     headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
-        point_webhooks_at(admin, documents, admission.url, label)
+        registered = run_certs(certs_kubeconfig, registration_args(documents, admission.url, label),
+                               tmp_path / "certs-register.log")
+        assert registered.returncode == 0, registered.stdout + registered.stderr
+        for kind, collection in WEBHOOKS.items():
+            name = next(d for d in documents if d["kind"] == kind)["metadata"]["name"]
+            for webhook in admin.get(f"{collection}/{name}").json()["webhooks"]:
+                bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])
+                assert bundle == data["ca.crt"] and bundle != data["tls.crt"]
         verified = run_certs(certs_kubeconfig, ["verify", f"--namespace={SYSTEM}", "--host", "127.0.0.1",
                                                 "--url", admission.url], tmp_path / "certs-verify.log")
         assert verified.returncode == 0, verified.stdout + verified.stderr

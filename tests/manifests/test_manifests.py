@@ -9,9 +9,12 @@ from admission.settings import parse_settings as admission_settings
 from binder.plugins.config import default_config, enabled_options, parse_plugins_flag, resolve_config
 from binder.settings import parse_settings as binder_settings
 from certs.__main__ import _parser as certs_parser
+from common.version import version
 from extender.settings import parse_settings as extender_settings
+from testbed.local_deploy import certs_job, container_args
 from testbed.manifests import MANIFESTS, find, render
 
+SHARED = render(MANIFESTS / "shared")
 BASE = render(MANIFESTS)
 HAMICORE = render(MANIFESTS / "overlays" / "hamicore")
 CERT_MANAGER = render(MANIFESTS / "overlays" / "cert-manager")
@@ -27,38 +30,77 @@ def container(documents, kind, name):
 
 
 def program_args(documents, kind, name):
-    _, main = container(documents, kind, name)
-    return main["args"][0], main["args"][1:]
+    """The container's args as the process sees them (the kubelet expands $(VAR) from the settings)."""
+    args = container_args(documents, find(documents, kind, name))
+    return args[0], args[1:]
 
 
-def test_base_has_every_piece_of_the_install():
-    kinds = {(d["kind"], d["metadata"]["name"]) for d in BASE}
-    assert {("Namespace", NAMESPACE), ("Namespace", "kai-resource-reservation"),
-            ("CustomResourceDefinition", "bindrequests.scheduling.run.ai"),
-            ("ServiceAccount", "fracgpu-admission"), ("ServiceAccount", "fracgpu-binder"),
-            ("ServiceAccount", "fracgpu-certs"), ("ServiceAccount", "kai-resource-reservation"),
-            ("Deployment", "fracgpu-admission"), ("Deployment", "fracgpu-binder"), ("Service", "fracgpu-admission"),
-            ("PodDisruptionBudget", "fracgpu-admission"), ("Job", "fracgpu-certs"),
+SHARED_PIECES = {("Namespace", "kai-resource-reservation"),
+                 ("CustomResourceDefinition", "bindrequests.scheduling.run.ai"),
+                 ("ServiceAccount", "kai-resource-reservation"), ("Role", "kai-resource-reservation"),
+                 ("RoleBinding", "kai-resource-reservation"), ("Role", "fracgpu-binder-reservations"),
+                 ("RoleBinding", "fracgpu-binder-reservations")}
+KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+        "kustomize.toolkit.fluxcd.io/prune": "disabled"}
+
+
+def test_the_two_layers_hold_every_piece_of_the_install_and_nothing_twice():
+    fracgpu = {(d["kind"], d["metadata"]["name"]) for d in BASE}
+    assert {(d["kind"], d["metadata"]["name"]) for d in SHARED} == SHARED_PIECES
+    assert not fracgpu & SHARED_PIECES
+    assert {("Namespace", NAMESPACE), ("ServiceAccount", "fracgpu-admission"), ("ServiceAccount", "fracgpu-binder"),
+            ("ServiceAccount", "fracgpu-certs"), ("Deployment", "fracgpu-admission"),
+            ("Deployment", "fracgpu-binder"), ("Service", "fracgpu-admission"),
+            ("PodDisruptionBudget", "fracgpu-admission"), ("Job", certs_job(BASE)["metadata"]["name"]),
             ("CronJob", "fracgpu-certs-renew"), ("MutatingWebhookConfiguration", "fracgpu-mutating-admission"),
-            ("ValidatingWebhookConfiguration", "fracgpu-validating-admission")} <= kinds
+            ("ValidatingWebhookConfiguration", "fracgpu-validating-admission")} <= fracgpu
+
+
+def test_the_shared_layer_is_kept_by_helm_argo_cd_and_flux():
+    for document in SHARED:
+        assert document["metadata"]["annotations"].items() >= KEEP.items(), document["metadata"]["name"]
+    for document in BASE:  # the fracgpu layer deletes cleanly
+        assert not KEEP.items() & (document["metadata"].get("annotations") or {}).items()
 
 
 @pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
-def test_webhooks_fail_closed_only_for_our_scheduler_and_never_for_system_namespaces(kind):
-    configuration = next(d for d in BASE if d["kind"] == kind)
-    for webhook in configuration["webhooks"]:
-        assert webhook["failurePolicy"] == "Fail" and webhook["sideEffects"] == "None"
-        assert 1 <= webhook["timeoutSeconds"] <= 30
-        assert webhook["clientConfig"]["service"] == {
-            "namespace": NAMESPACE, "name": "fracgpu-admission", "port": 443,
-            "path": "/mutate--v1-pod" if kind.startswith("Mutating") else "/validate--v1-pod"}
-        expression = webhook["namespaceSelector"]["matchExpressions"][0]
-        assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
-        assert set(expression["values"]) == {"kube-system", NAMESPACE}
-        assert webhook["matchConditions"] == [
-            {"name": "scheduler-name-match", "expression": "object.spec.schedulerName == 'kai-scheduler'"}]
-        if kind.startswith("Mutating"):
-            assert webhook["reinvocationPolicy"] == "IfNeeded"
+def test_webhook_registrations_ship_empty_so_nothing_is_refused_before_certs_registers_them(kind):
+    (configuration,) = [d for d in BASE if d["kind"] == kind]
+    assert "webhooks" not in configuration  # never declared, so no re-apply resets what certs registered
+    _, args = program_args(BASE, "Job", certs_job(BASE)["metadata"]["name"])
+    flag = "--mutating-webhook-configuration=" if kind.startswith("Mutating") else "--validating-webhook-configuration="
+    assert f"{flag}{configuration['metadata']['name']}" in args
+
+
+def test_certs_job_is_named_for_the_version_and_removes_itself_so_reapplying_never_hits_an_immutable_job():
+    job = certs_job(BASE)
+    assert job["metadata"]["name"] == f"fracgpu-certs-{version().replace('.', '-')}"  # a DNS label, as pod names want
+    assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 86400
+    assert job["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Force=true,Replace=true",
+                                              "kustomize.toolkit.fluxcd.io/force": "enabled"}
+
+
+def test_webhook_settings_come_from_one_generated_configmap_every_program_reads():
+    (settings,) = [d for d in BASE
+                   if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fracgpu-settings-")]
+    assert settings["data"] == {"FRACGPU_SCHEDULER_NAME": "kai-scheduler", "FRACGPU_WEBHOOK_FAILURE_POLICY": "Fail",
+                                "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR": ""}
+    job = certs_job(BASE)["metadata"]["name"]
+    parsed = certs_parser().parse_args(program_args(BASE, "Job", job)[1])
+    assert (parsed.scheduler_name, parsed.failure_policy, parsed.namespace_selector) == ("kai-scheduler", "Fail", "")
+    assert admission_settings(program_args(BASE, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
+        "kai-scheduler"
+    assert binder_settings(program_args(BASE, "Deployment", "fracgpu-binder")[1]).scheduler_name == "kai-scheduler"
+
+
+def test_webhook_pods_are_critical_surge_only_and_drain_before_they_stop():
+    pod, main = container(BASE, "Deployment", "fracgpu-admission")
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    quota = find(BASE, "ResourceQuota", "fracgpu-critical-pods")["spec"]
+    assert quota["scopeSelector"]["matchExpressions"][0]["values"] == ["system-cluster-critical"]
+    assert main["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    # the pause plus gunicorn's graceful stop (10 s) fit in the grace period
+    assert pod["terminationGracePeriodSeconds"] >= main["lifecycle"]["preStop"]["sleep"]["seconds"] + 10
 
 
 def test_admission_deployment_is_highly_available_and_ready_only_when_serving():
@@ -135,12 +177,14 @@ def test_hamicore_component_turns_it_on_in_both_programs_and_only_there():
     assert binder_plugins(HAMICORE)[-1] == "hamicore" and "gpusharing" in binder_plugins(HAMICORE)
 
 
-@pytest.mark.parametrize("kind,name", [("Job", "fracgpu-certs"), ("CronJob", "fracgpu-certs-renew")])
+@pytest.mark.parametrize("kind,name", [("Job", certs_job(BASE)["metadata"]["name"]),
+                                       ("CronJob", "fracgpu-certs-renew")])
 def test_certs_job_targets_the_objects_the_base_ships(kind, name):
     module, args = program_args(BASE, kind, name)
     parsed = certs_parser().parse_args(args)
     assert parsed.command == "ensure"
-    assert parsed.namespace == NAMESPACE and parsed.service == "fracgpu-admission"
+    # its namespace is the pod's own, so a `namespace:` overlay moves it with the rest
+    assert parsed.namespace is None and parsed.service == "fracgpu-admission"
     assert parsed.secret == "fracgpu-admission-tls"
     find(BASE, "MutatingWebhookConfiguration", parsed.mutating_webhook_configuration)
     find(BASE, "ValidatingWebhookConfiguration", parsed.validating_webhook_configuration)
@@ -151,10 +195,12 @@ def test_certs_job_targets_the_objects_the_base_ships(kind, name):
     assert set(secret_rule["resourceNames"]) == {parsed.secret, parsed.ca_secret}
 
 
-def test_cert_manager_overlay_replaces_our_certs_job_and_injects_the_ca():
+def test_cert_manager_overlay_leaves_the_certificates_to_it_and_only_registers_the_webhooks():
     names = {(d["kind"], d["metadata"]["name"]) for d in CERT_MANAGER}
-    assert not {("Job", "fracgpu-certs"), ("CronJob", "fracgpu-certs-renew"), ("ClusterRole", "fracgpu-certs"),
-                ("ServiceAccount", "fracgpu-certs")} & names
+    assert ("CronJob", "fracgpu-certs-renew") not in names
+    job = certs_job(CERT_MANAGER)["metadata"]["name"]
+    parsed = certs_parser().parse_args(program_args(CERT_MANAGER, "Job", job)[1])
+    assert parsed.command == "register" and parsed.secret == "fracgpu-admission-tls"
     serving = find(CERT_MANAGER, "Certificate", "fracgpu-admission-serving")
     assert serving["spec"]["secretName"] == "fracgpu-admission-tls"
     assert serving["spec"]["dnsNames"] == [
@@ -176,8 +222,11 @@ def test_stock_scheduler_component_runs_the_stock_scheduler_with_our_extender_be
     config = yaml.safe_load(find(STOCK, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
     assert scheduler["command"][1] == "--config=/etc/fracgpu-scheduler/config.yaml"
     assert [profile["schedulerName"] for profile in config["profiles"]] == [STOCK_SCHEDULER]
-    assert config["leaderElection"] == {"leaderElect": True, "resourceNamespace": NAMESPACE,
-                                        "resourceName": STOCK_SCHEDULER}
+    # The Lease lives in the pod's own namespace (the flag wins over the file), so `namespace:` moves it too.
+    assert config["leaderElection"] == {"leaderElect": True, "resourceName": STOCK_SCHEDULER}
+    assert "--leader-elect-resource-namespace=$(POD_NAMESPACE)" in scheduler["command"]
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in \
+        scheduler["env"]
     (hook,) = config["extenders"]
     settings = extender_settings(extender["args"][1:])
     assert hook["urlPrefix"] == f"http://{settings.bind_address[0]}:{settings.bind_address[1]}"
@@ -187,10 +236,9 @@ def test_stock_scheduler_component_runs_the_stock_scheduler_with_our_extender_be
     assert float(hook["httpTimeout"].rstrip("s")) > settings.bind_timeout_s
 
 
-def test_stock_scheduler_component_switches_the_webhook_to_its_scheduler_name():
+def test_stock_scheduler_component_switches_the_webhooks_and_the_binder_to_its_scheduler_name():
     assert admission_settings(program_args(STOCK, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
         STOCK_SCHEDULER
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        configuration = next(d for d in STOCK if d["kind"] == kind)
-        assert [w["matchConditions"] for w in configuration["webhooks"]] == [[{
-            "name": "scheduler-name-match", "expression": f"object.spec.schedulerName == '{STOCK_SCHEDULER}'"}]]
+    assert binder_settings(program_args(STOCK, "Deployment", "fracgpu-binder")[1]).scheduler_name == STOCK_SCHEDULER
+    parsed = certs_parser().parse_args(program_args(STOCK, "Job", certs_job(STOCK)["metadata"]["name"])[1])
+    assert parsed.scheduler_name == STOCK_SCHEDULER  # the webhooks' matchCondition

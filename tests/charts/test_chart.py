@@ -1,0 +1,153 @@
+"""charts/fracgpu: lint, the values schema, parity with kustomize, and every documented values file.
+
+The chart renders the files of manifests/ (through files/manifests) and changes only what values ask for, so with
+the default values it must print exactly what kustomize prints for manifests/shared + manifests/, and each mode
+exactly what the matching overlay prints. The rendered objects are sent to a real API server in
+tests/apiserver/test_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from certs.__main__ import _parser as certs_parser
+from testbed.charttools import CHART, helm_template, kustomize_build, run
+from testbed.local_deploy import certs_job, container_args
+from testbed.manifests import MANIFESTS, find
+
+EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+MODES = {  # chart values -> the kustomization it must equal (plus manifests/shared)
+    "defaults": ([], ""),
+    "hamicore": (["hamicore.enabled=true"], "overlays/hamicore"),
+    "stock-scheduler": (["stockScheduler.enabled=true"], "overlays/stock-scheduler"),
+    "cert-manager": (["certificates.mode=cert-manager"], "overlays/cert-manager"),
+}
+
+
+def without_hooks(documents):
+    """Objects Helm runs around a release (the pre-delete unregister Job) have no kustomize counterpart."""
+    return [d for d in documents if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+
+
+def canonical(documents):
+    return sorted(json.dumps(document, sort_keys=True) for document in documents)
+
+
+def pods(documents):
+    """(workload, pod spec) of every Deployment, Job and CronJob."""
+    for document in documents:
+        spec = document.get("spec") or {}
+        if "jobTemplate" in spec:
+            yield document, spec["jobTemplate"]["spec"]["template"]["spec"]
+        elif document["kind"] in ("Deployment", "Job"):
+            yield document, spec["template"]["spec"]
+
+
+@pytest.mark.parametrize("values", [None, *EXAMPLES], ids=lambda v: v.name if v else "defaults")
+def test_helm_lint_passes(values):
+    args = ["lint", str(CHART), "--namespace", "fracgpu-system"] + (["--values", str(values)] if values else [])
+    result = run("helm", args)
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chart_renders_exactly_what_kustomize_renders(mode):
+    settings, overlay = MODES[mode]
+    expected = kustomize_build(MANIFESTS / "shared") + kustomize_build(MANIFESTS / overlay)
+    assert canonical(without_hooks(helm_template(settings=settings))) == canonical(expected)
+
+
+@pytest.mark.parametrize("setting,complaint", [
+    ("schedulerNmae=kai", "additional properties 'schedulerNmae' not allowed"),
+    ("image.tg=1.0", "additional properties 'tg' not allowed"),
+    ("webhook.failurePolicy=Never", "failurePolicy"),
+    ("image.digest=latest", "digest"),
+    ("certificates.mode=vault", "mode"),
+])
+def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
+    result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
+    assert result.returncode != 0 and complaint in result.stderr, result.stderr
+
+
+def test_every_documented_values_file_is_listed_in_the_operations_guide():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert EXAMPLES and all(f"charts/fracgpu/examples/{path.name}" in guide for path in EXAMPLES)
+
+
+def test_private_registry_reaches_every_pod_and_the_reservation_account():
+    documents = helm_template([CHART / "examples" / "private-registry.yaml"])
+    image = ("registry.example.com/platform/fracgpu@sha256:"
+             "4f2d8a1c9b7e6d5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f")
+    workloads = list(pods(without_hooks(documents)))
+    assert {d["metadata"]["name"] for d, _ in workloads} >= {"fracgpu-admission", "fracgpu-binder",
+                                                              "fracgpu-certs-renew"}
+    for document, pod in workloads:
+        assert pod["imagePullSecrets"] == [{"name": "registry-example-com"}]
+        assert pod["nodeSelector"] == {"node-role.example.com/infra": "true"}
+        assert pod["tolerations"][0]["key"] == "node-role.example.com/infra"
+        expected_priority = "system-cluster-critical" if document["metadata"]["name"] == "fracgpu-admission" \
+            else "platform-critical"
+        assert pod["priorityClassName"] == expected_priority
+        assert {c["image"] for c in pod["containers"]} == {image}
+    binder_args = container_args(documents, find(documents, "Deployment", "fracgpu-binder"))
+    assert f"--resource-reservation-pod-image={image}" in binder_args
+    reservation_account = find(documents, "ServiceAccount", "kai-resource-reservation")
+    assert reservation_account["imagePullSecrets"] == [{"name": "registry-example-com"}]
+
+
+def test_opt_in_namespaces_reach_the_webhook_registration_and_the_programs():
+    documents = helm_template([CHART / "examples" / "opt-in-namespaces.yaml"])
+    parsed = certs_parser().parse_args(container_args(documents, certs_job(documents))[1:])
+    assert (parsed.scheduler_name, parsed.failure_policy) == ("kai-scheduler-team-a", "Ignore")
+    assert json.loads(parsed.namespace_selector) == {"matchLabels": {"gpu-sharing.example.com/enabled": "true"}}
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        assert "--scheduler-name=kai-scheduler-team-a" in container_args(documents, find(documents, "Deployment", name))
+        pod = find(documents, "Deployment", name)["spec"]["template"]["spec"]
+        assert "nodeAffinity" in pod["affinity"] and "podAntiAffinity" not in pod["affinity"]
+
+
+def test_another_release_namespace_leaves_nothing_in_fracgpu_system():
+    documents = helm_template(namespace="gpu-sharing")
+    assert "fracgpu-system" not in json.dumps(documents)
+    grant = find(documents, "RoleBinding", "fracgpu-binder-reservations")
+    assert grant["metadata"]["namespace"] == "kai-resource-reservation"  # the reservation namespace stays
+    assert grant["subjects"] == [{"kind": "ServiceAccount", "name": "fracgpu-binder", "namespace": "gpu-sharing"}]
+    cert_manager = helm_template([CHART / "examples" / "cert-manager.yaml"], namespace="gpu-sharing")
+    assert "fracgpu-system" not in json.dumps(cert_manager)
+
+
+def test_changed_settings_get_a_new_configmap_name_so_the_pods_roll():
+    def settings_name(documents):
+        (configmap,) = [d for d in documents if d["kind"] == "ConfigMap" and "settings" in d["metadata"]["name"]]
+        return configmap["metadata"]["name"]
+
+    assert settings_name(helm_template()) != settings_name(helm_template(settings=["webhook.failurePolicy=Ignore"]))
+
+
+def test_a_custom_stock_scheduler_name_renames_its_profile():
+    documents = helm_template(settings=["stockScheduler.enabled=true", "schedulerName=gpu-share"])
+    config = find(documents, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"]
+    assert "schedulerName: gpu-share" in config
+    assert "--scheduler-name=gpu-share" in container_args(documents, find(documents, "Deployment",
+                                                                          "fracgpu-admission"))
+
+
+def test_uninstall_hook_empties_the_webhooks_before_helm_deletes_anything():
+    (hook,) = [d for d in helm_template() if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+    assert hook["kind"] == "Job" and hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    container = hook["spec"]["template"]["spec"]["containers"][0]
+    parsed = certs_parser().parse_args(container["args"][1:])
+    assert parsed.command == "unregister"
+    assert hook["spec"]["template"]["spec"]["serviceAccountName"] == "fracgpu-certs"
+
+
+def test_without_the_shared_layer_or_the_namespace_nothing_else_changes():
+    full = helm_template()
+    trimmed = helm_template(settings=["shared.install=false", "createNamespace=false"])
+    removed = {(d["kind"], d["metadata"]["name"]) for d in full} - {(d["kind"], d["metadata"]["name"])
+                                                                     for d in trimmed}
+    assert removed == {(d["kind"], d["metadata"]["name"]) for d in kustomize_build(MANIFESTS / "shared")} | {
+        ("Namespace", "fracgpu-system")}
