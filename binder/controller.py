@@ -266,7 +266,7 @@ class BindRequestController:
             return st.decide_success(current) if error is None else st.decide_failure(current, error)
 
         # A pod bound to another node is bound: this request failed, the pod did not, and its PodBound condition
-        # belongs to whatever bound it (a condition never lies, DECISIONS 2.2). The Warning event says why.
+        # belongs to whatever bound it (a condition never lies, docs/decisions.md §2.2). The Warning event says why.
         condition_pod = None if attempt.step == "bound_elsewhere" else attempt.pod
         written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields, condition_pod)
         if written and attempt.error is not None and self.on_failure_written is not None:

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from certs import webhooks
+from certs.kube import MUTATING, VALIDATING
 from testbed import loopback_policy
 from testbed.controlplane import ControlPlane
 from testbed.kube import http_session
@@ -20,11 +22,14 @@ COLLECTIONS = {kind: f"{loopback_policy.API}/{kind.lower()}s" for kind in WEBHOO
 
 
 def shipped(kind: str) -> dict:
-    """The shipped configuration of `kind`, renamed and matching no namespace, so it never meets another test."""
+    """The shipped configuration of `kind` as `certs register` fills it in a cluster (through the Service),
+    renamed and matching no namespace, so it never meets another test."""
     document = copy.deepcopy(next(d for d in render(MANIFESTS) if d["kind"] == kind))
     document["metadata"]["name"] += "-" + uuid.uuid4().hex[:8]
-    for webhook in document["webhooks"]:
-        webhook["namespaceSelector"] = {"matchLabels": {"loopback-policy-test": "never"}}
+    registration = webhooks.Registration(namespace="fracgpu-system", service="fracgpu-admission",
+                                         namespace_selector={"matchLabels": {"loopback-policy-test": "never"}})
+    resource = MUTATING if kind == "MutatingWebhookConfiguration" else VALIDATING
+    document["webhooks"] = webhooks.desired_webhooks(registration, resource, b"not-a-real-ca")
     return document
 
 
