@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries test
+.PHONY: install k8s-binaries promtool test
 
 # Editable install with the test extras; pip makes re-runs a cheap no-op.
 install:
@@ -12,7 +12,12 @@ install:
 k8s-binaries:
 	tools/build-k8s.sh
 
-test: install k8s-binaries
+# promtool (Prometheus v3.16.0) for the alert-rule checks of manifests/components/monitoring; a no-op when
+# $${FRACGPU_PROMTOOL_CACHE:-~/.cache/fracgpu/promtool-v3.16.0}/promtool exists.
+promtool:
+	tools/build-promtool.sh
+
+test: install k8s-binaries promtool
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo
