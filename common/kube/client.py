@@ -200,15 +200,18 @@ class KubeClient:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
-                        timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu") -> KubeClient:
-        """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
+                        timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu",
+                        context: str | None = None) -> KubeClient:
+        """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config. A `context` names
+        a kubeconfig context (and so skips the in-cluster config)."""
         from kubernetes import client as k8s_client
         from kubernetes import config as k8s_config
 
         configuration = k8s_client.Configuration()
         token_source = None
-        if path:
-            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        if path or context:
+            k8s_config.load_kube_config(config_file=path, context=context,
+                                        client_configuration=configuration)
         else:
             try:
                 k8s_config.load_incluster_config(client_configuration=configuration)
