@@ -2,8 +2,9 @@
 
 Machines without kubectl still need the rendered manifests (tests, the demo), so this module reads the
 kustomizations itself. It understands exactly what manifests/ uses: `resources` (files and
-directories), `components`, and `patches` (inline or `path:`; JSON 6902 lists, or strategic-merge maps
-with `$patch: delete` or plain map merges) with a `target` of group/version/kind/name/namespace. Any
+directories), `components`, `patches` (inline or `path:`; JSON 6902 lists, or strategic-merge maps
+with `$patch: delete` or plain map merges) with a `target` of group/version/kind/name/namespace, and
+`configMapGenerator` entries built from `files` with `disableNameSuffixHash: true` (no hashed names). Any
 other field is an error, so a kustomization that grows beyond the subset fails loudly instead of
 rendering differently from kubectl.
 """
@@ -22,7 +23,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches"}
+KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches", "configMapGenerator"}
+GENERATOR_FIELDS = {"name", "namespace", "files", "options"}
+GENERATOR_OPTION_FIELDS = {"labels", "annotations", "disableNameSuffixHash"}
 PATCH_FIELDS = {"patch", "path", "target"}
 TARGET_FIELDS = {"group", "version", "kind", "name", "namespace"}
 
@@ -47,6 +50,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
                                        False),
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
+    "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors", True),
+    "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),
 }
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
 APPLY_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
@@ -132,6 +138,30 @@ def _apply_patch(documents: list[dict[str, Any]], entry: dict[str, Any], directo
     return documents
 
 
+def _generated(kustomization: dict[str, Any], directory: Path) -> list[dict[str, Any]]:
+    """The ConfigMaps of `configMapGenerator`: each file's text under its key (`key=path`, or the file name)."""
+    documents = []
+    for entry in kustomization.get("configMapGenerator") or []:
+        options = entry.get("options") or {}
+        unknown = (set(entry) - GENERATOR_FIELDS) | (set(options) - GENERATOR_OPTION_FIELDS)
+        if unknown:
+            raise RenderError(f"{directory}: unsupported configMapGenerator fields {sorted(unknown)}")
+        if options.get("disableNameSuffixHash") is not True:
+            raise RenderError(f"{directory}: configMapGenerator {entry.get('name')}: name suffix hashes are not "
+                              "implemented; set options.disableNameSuffixHash: true")
+        data = {}
+        for item in entry.get("files") or []:
+            name, _, path = item.rpartition("=")
+            data[name or Path(path).name] = (directory / path).read_text()
+        metadata: dict[str, Any] = {"name": entry["name"]}
+        for field in ("namespace", "labels", "annotations"):
+            value = entry.get(field) if field == "namespace" else options.get(field)
+            if value:
+                metadata[field] = dict(value) if isinstance(value, dict) else value
+        documents.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data})
+    return documents
+
+
 def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
     """The objects `kubectl kustomize <directory>` would print (in resource order, not kubectl's)."""
     directory = Path(directory).resolve()
@@ -140,6 +170,7 @@ def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
     for resource in kustomization.get("resources") or []:
         path = (directory / resource).resolve()
         documents.extend(render(path) if path.is_dir() else _read_documents(path))
+    documents.extend(_generated(kustomization, directory))
     for component in kustomization.get("components") or []:
         component_dir = (directory / component).resolve()
         component_kustomization = _kustomization(component_dir)
@@ -148,6 +179,7 @@ def render(directory: Path | str = MANIFESTS) -> list[dict[str, Any]]:
         for resource in component_kustomization.get("resources") or []:  # added first, then patched with the rest
             path = (component_dir / resource).resolve()
             documents.extend(render(path) if path.is_dir() else _read_documents(path))
+        documents.extend(_generated(component_kustomization, component_dir))
         for entry in component_kustomization.get("patches") or []:
             documents = _apply_patch(documents, entry, component_dir)
     for entry in kustomization.get("patches") or []:
