@@ -114,9 +114,12 @@ def check_gpu_memory_labels(hamicore: bool, nodes: Iterable[Mapping[str, Any]]) 
     return Result("gpu-memory-labels", PASS, f"every GPU node carries {names.GPU_MEMORY_NODE_LABEL}")
 
 
-def node_platform(node: Mapping[str, Any]) -> str:
+def node_platform(node: Mapping[str, Any]) -> str | None:
+    """`os/arch` as the node's kubelet reports it; None before a kubelet has reported (nothing to judge)."""
     info = (node.get("status") or {}).get("nodeInfo") or {}
-    return f"{info.get('operatingSystem') or 'linux'}/{info.get('architecture') or 'unknown'}"
+    if not info.get("architecture"):
+        return None
+    return f"{info.get('operatingSystem') or 'linux'}/{info['architecture']}"
 
 
 def check_reservation_platforms(image: str, platforms: list[str], nodes: Iterable[Mapping[str, Any]]) -> Result:
@@ -125,7 +128,7 @@ def check_reservation_platforms(image: str, platforms: list[str], nodes: Iterabl
                       f"annotation {names.RESERVATION_IMAGE_PLATFORMS_ANNOTATION} on the binder Deployment, or "
                       "--reservation-image-platforms")
     wrong = [f"{_name(node)} ({node_platform(node)})" for node in gpu_nodes(nodes)
-             if node_platform(node) not in platforms]
+             if node_platform(node) is not None and node_platform(node) not in platforms]
     if wrong:
         return Result("reservation-image-platforms", FAIL, f"reservation image {image} is built for "
                       f"{', '.join(platforms)}, not for GPU nodes {_some(wrong)}: its reservation pods cannot start "
