@@ -72,16 +72,17 @@ def _override(installed: Installed, args: argparse.Namespace) -> Installed:
 
 
 def _doctor(client: KubeClient, installed: Installed, args: argparse.Namespace) -> int:
-    source = ", ".join(installed.found) or f"no fracgpu Deployment in {installed.namespace}: defaults and options"
-    print(f"settings from {source}: scheduler {installed.scheduler_name}, runtime class "
-          f"{installed.runtime_class or '(none)'}, hamicore {'on' if installed.hamicore else 'off'}")
+    source = (f"read from {', '.join(installed.found)} in {installed.namespace}" if installed.found
+              else f"defaults: no fracgpu Deployment in {installed.namespace}")
+    print(f"settings: scheduler {installed.scheduler_name}, runtime class {installed.runtime_class or '(none)'}, "
+          f"hamicore {'on' if installed.hamicore else 'off'} ({source}; options override)")
     results = doctor.run_checks(client, installed, args.probe_namespace, args.check or ())
     width = max(len(result.check) for result in results)
     for result in results:
         print(f"{MARKS[result.status]}  {result.check.ljust(width)}  {result.message}")
-    failed = sum(1 for result in results if result.status == doctor.FAIL)
-    print(f"{len(results) - failed} passed, {failed} failed" if failed else f"{len(results)} checks, none failed")
-    return 1 if failed else 0
+    counts = {status: sum(1 for result in results if result.status == status) for status in MARKS}
+    print(f"{counts[doctor.PASS]} passed, {counts[doctor.FAIL]} failed, {counts[doctor.SKIP]} skipped")
+    return 1 if counts[doctor.FAIL] else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,7 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(gpus.render(nodes, args.output))
         return 0
     except ApiError as error:
-        print(f"{PROGRAM}: the API server refused a request: {error.message}", file=sys.stderr)
+        if error.transport:
+            print(f"{PROGRAM}: cannot reach the API server {client.host}: {error.message}; check --kubeconfig and "
+                  "--context", file=sys.stderr)
+        else:
+            print(f"{PROGRAM}: the API server refused a request: {error.message}", file=sys.stderr)
         return 1
     finally:
         client.close()

@@ -57,10 +57,11 @@ class Stack:
         answer.raise_for_status()
         return answer.text
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
         """`python -m fracgpuctl ARGS --kubeconfig <admin>`, as `fracgpu` / `kubectl fracgpu` runs it."""
-        return subprocess.run([sys.executable, "-m", "fracgpuctl", *args, "--kubeconfig", str(self.kubeconfig)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, "-m", "fracgpuctl", *args, "--kubeconfig",
+                               str(kubeconfig or self.kubeconfig)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
 
 
 def fraction_pod(name: str, fraction: str = "0.5") -> dict[str, Any]:
