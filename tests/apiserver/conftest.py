@@ -1,4 +1,7 @@
-"""The running fracgpu the monitoring and operator-CLI tests observe (observed_stack.py), started once."""
+"""The running fracgpu the monitoring and operator-CLI tests observe (observed_stack.py).
+
+Module-scoped: its binder answers every BindRequest of the cluster, so it must be gone before other modules'
+binders run (one binder per test bed at a time)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import pytest
 from observed_stack import Stack, running_stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def observed(control_plane: Any, kube_admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(control_plane, kube_admin, tmp_path_factory.mktemp("observed")) as stack:
         yield stack
