@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries chart-tools test lock sbom reservation-venv
+.PHONY: install k8s-binaries chart-tools promtool test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -48,7 +48,12 @@ k8s-binaries:
 chart-tools:
 	tools/build-helm.sh
 
-test: install k8s-binaries chart-tools
+# promtool (Prometheus v3.16.0) for the alert-rule checks of manifests/components/monitoring; a no-op when
+# $${FRACGPU_PROMTOOL_CACHE:-~/.cache/fracgpu/promtool-v3.16.0}/promtool exists.
+promtool:
+	tools/build-promtool.sh
+
+test: install k8s-binaries chart-tools promtool
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo

@@ -66,7 +66,7 @@ class AdmissionServer(BaseApplication):
     def _when_ready(self, arbiter: Any) -> None:
         start_probe_servers(
             self.settings.health_address, self.settings.metrics_address,
-            self.settings.webhook_host, self.settings.webhook_port,
+            self.settings.webhook_host, self.settings.webhook_port, self.settings.cert_dir, self.settings.cert_file,
         )
         log.info("admission webhook serving", extra={"fields": {
             "port": self.settings.webhook_port, "workers": self.settings.workers,

@@ -39,6 +39,8 @@ def start_probe_servers(
     metrics_address: tuple[str, int] | None,
     webhook_host: str,
     webhook_port: int,
+    cert_dir: str = "",
+    cert_file: str = "",
 ) -> list[HttpEndpoint]:
     def ready() -> tuple[bool, str]:
         problem = webhook_reachable(webhook_host, webhook_port)
@@ -48,7 +50,9 @@ def start_probe_servers(
     if health_address:
         endpoints.append(HttpEndpoint(health_address, health_routes(ready), "admission-health"))
     if metrics_address:
-        endpoints.append(HttpEndpoint(metrics_address, metrics_routes(metrics.exposition), "admission-metrics"))
+        own = metrics.master_collectors("admission", cert_dir, cert_file)
+        endpoints.append(HttpEndpoint(metrics_address, metrics_routes(lambda: metrics.exposition(own)),
+                                      "admission-metrics"))
     for endpoint in endpoints:
         endpoint.start()
     return endpoints

@@ -62,6 +62,7 @@ class WebhookApp:
         )
         self.plugins = plugins
         self.handlers = {MUTATE_PATH: review.mutate, VALIDATE_PATH: review.validate}
+        metrics.preinitialize(self.handlers, [plugin.name for plugin in plugins])
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -69,8 +70,9 @@ class WebhookApp:
         if handler is None or environ.get("REQUEST_METHOD") != "POST":
             return self.fallback(environ, start_response)
         started = time.perf_counter()
-        reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
-                        self.plugins)
+        with metrics.in_flight(path):
+            reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
+                            self.plugins)
         payload = json.dumps(reply.review).encode()
         elapsed = time.perf_counter() - started
         metrics.observe(path, reply.outcome, reply.plugin, elapsed)

@@ -19,12 +19,12 @@ from binder import status as st
 from binder.controller import BindRequestController
 from binder.events import EventRecorder
 from binder.leader import LeaderElector
-from binder.metrics import BinderMetrics
+from binder.metrics import BinderMetrics, allocation_objects
 from binder.pipeline import Pipeline
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
 from common import names
-from common.kube.cache import Caches, EventHandlers, object_key, pod_gpu_group_index
+from common.kube.cache import INDEX_GPU_GROUP, Caches, EventHandlers, object_key, pod_gpu_group_index
 from common.kube.client import KubeClient
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
 from common.probes import HttpEndpoint, health_routes, metrics_routes
@@ -85,9 +85,19 @@ class BinderApp:
                                                 self.record_event, self.reporter, self._success_written,
                                                 self._failure_written)
         backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
-        self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set)
+        runtime = self.metrics.runtime
+        self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set,
+                               metrics=runtime.queue(names.BINDREQUEST_CONTROLLER))
         self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
-                                                        settings.rate_limiter_max_delay_s))
+                                                        settings.rate_limiter_max_delay_s),
+                                     metrics=runtime.queue(names.GPU_GROUP_SYNC_QUEUE))
+        runtime.watch_in_progress(names.BINDREQUEST_CONTROLLER, self.queue.processing_ages)
+        runtime.watch_in_progress(names.GPU_GROUP_SYNC_QUEUE, self.group_queue.processing_ages)
+        self.reconciles = runtime.controller(names.BINDREQUEST_CONTROLLER, settings.max_concurrent_reconciles)
+        self.metrics.allocation.reservation_namespace = settings.reservation.namespace
+        self.metrics.allocation.source = self._allocation_objects
+        if settings.leader_elect:
+            self.metrics.leader_election.labels(settings.leader_election_id).set(0)
         self.elector: LeaderElector | None = None
         self.workers: list[threading.Thread] = []
         self.endpoints: list[HttpEndpoint] = []
@@ -167,18 +177,24 @@ class BinderApp:
             key = self.queue.get()
             if key is None:
                 return
+            started = time.monotonic()
             try:
-                with self.metrics.reconcile_seconds.time():
+                with self.metrics.reconcile_seconds.time(), self.reconciles.working():
                     result = self.controller.reconcile(key)
                 if result.requeue_after is not None:
                     self.queue.forget(key)
                     self.queue.add_after(key, result.requeue_after)
+                    outcome = "requeue_after"
                 elif result.retry:
                     self.queue.add_rate_limited(key)
+                    outcome = "error"  # controller-runtime's name for a reconcile that returned an error
                 else:
                     self.queue.forget(key)
+                    outcome = "success"
+                self.reconciles.observe(outcome, time.monotonic() - started)
             except Exception:  # noqa: BLE001 - reconcile reports its own errors; this is the last guard
                 log.exception("reconcile crashed", extra={"bindrequest": key})
+                self.reconciles.observe("error", time.monotonic() - started, panicked=True)
                 self.queue.add_rate_limited(key)
             finally:
                 self.queue.done(key)
@@ -204,6 +220,8 @@ class BinderApp:
         """Runs once this process may act: start-up GC (never fatal), then the workers, then every
         BindRequest the cache holds (a standby queued nothing; groups are covered by the start-up GC)."""
         self.metrics.leader.set(1)
+        if self.settings.leader_elect:
+            self.metrics.leader_election.labels(self.settings.leader_election_id).set(1)
         self.working.set()
         for bind_request in self.caches.bindrequests.list():
             if st.needs_binding(bind_request):
@@ -227,8 +245,16 @@ class BinderApp:
 
     def _lease_lost(self) -> None:
         self.metrics.leader.set(0)
+        self.metrics.leader_election.labels(self.settings.leader_election_id).set(0)
         self.lost_lease = True
         self.stop_event_loop()
+
+    def _allocation_objects(self) -> tuple[list[dict], list[dict], list[dict]] | None:
+        """What the GPU allocation gauges are computed from; None on a standby (the leader reports them)."""
+        if not self.working.is_set() or not self.caches.synced:
+            return None
+        return allocation_objects(self.caches.pods, self.caches.bindrequests, self.caches.nodes,
+                                  self.settings.reservation.namespace, INDEX_GPU_GROUP)
 
     # ------------------------------------------------------------------ lifecycle
     def ready(self) -> tuple[bool, str]:

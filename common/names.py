@@ -83,3 +83,11 @@ RESOURCE_API_GROUP = "resource.k8s.io"
 RESOURCE_API_VERSION = "v1"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 RESOURCE_CLAIM_DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+
+# Metric label values the reference's dashboards query: controller-runtime names a controller after its kind.
+BINDREQUEST_CONTROLLER = "bindrequest"
+GPU_GROUP_SYNC_QUEUE = "gpu-group-sync"  # ours: the queue of GPU-group reservation syncs
+
+# Our own: the platforms (os/arch, comma-separated) the reservation pod image is built for, on the binder
+# Deployment; `fracgpu doctor` compares them with the GPU nodes' architectures.
+RESERVATION_IMAGE_PLATFORMS_ANNOTATION = "fracgpu.io/reservation-image-platforms"

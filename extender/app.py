@@ -10,9 +10,10 @@ import logging
 import threading
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from common import names
+from common.buildinfo import BuildInfoCollector
 from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from common.probes import HttpEndpoint, health_routes, metrics_routes
@@ -80,6 +81,8 @@ class ExtenderApp:
         self._watch_into_ledger()
         self.registry = CollectorRegistry()
         self.metrics = ExtenderMetrics(self.registry)
+        self.registry.register(BuildInfoCollector("extender"))
+        ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)

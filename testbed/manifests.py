@@ -4,8 +4,9 @@ Machines without kubectl still need the rendered manifests (tests, the demo), so
 kustomizations itself. It understands exactly what manifests/ uses: `resources` (files and
 directories), `components`, `patches` (inline or `path:`; JSON 6902 lists, or strategic-merge maps
 with `$patch: delete` or plain map merges) with a `target` of group/version/kind/name/namespace,
-`namespace`, `commonAnnotations`, `configMapGenerator` (literals; create or merge; the name gets kustomize's
-content hash and every reference follows) and `sortOptions` (accepted; the order is the resources' order).
+`namespace`, `commonAnnotations`, `configMapGenerator` (literals or files; create or merge; the name gets
+kustomize's content hash and every reference follows, unless `disableNameSuffixHash`) and `sortOptions`
+(accepted; the order is the resources' order).
 Any other field is an error, so a kustomization that grows beyond the subset fails loudly instead of
 rendering differently from kubectl; tests/manifests/test_kustomize_parity.py compares it with kustomize itself.
 """
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches", "namespace", "commonAnnotations",
                         "configMapGenerator", "sortOptions"}
-GENERATOR_FIELDS = {"name", "namespace", "behavior", "literals", "options"}
+GENERATOR_FIELDS = {"name", "namespace", "behavior", "literals", "files", "options"}
 # Marks a generated ConfigMap until render() gives it its hashed name (never in the output).
 _GENERATED = "testbed.fracgpu/generated"
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
@@ -61,6 +62,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceQuota": ("/api/v1", "resourcequotas", True),
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
+    "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors", True),
+    "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
@@ -155,9 +159,13 @@ def _generate(documents: list[dict[str, Any]], generators: list[dict[str, Any]],
         if unknown:
             raise RenderError(f"{directory}: unsupported configMapGenerator fields {sorted(unknown)}")
         data = dict(literal.split("=", 1) for literal in generator.get("literals") or [])
+        for item in generator.get("files") or []:  # `key=path`, or the file name as the key
+            name, _, path = item.rpartition("=")
+            data[name or Path(path).name] = (directory / path).read_text()
         options = generator.get("options") or {}
-        if set(options) - {"labels", "annotations"}:
+        if set(options) - {"labels", "annotations", "disableNameSuffixHash"}:
             raise RenderError(f"{directory}: unsupported configMapGenerator options {sorted(options)}")
+        hashed = options.get("disableNameSuffixHash") is not True
         behavior = generator.get("behavior", "create")
         if behavior == "merge":
             wanted = ("ConfigMap", generator.get("namespace", ""), generator["name"])
@@ -172,8 +180,10 @@ def _generate(documents: list[dict[str, Any]], generators: list[dict[str, Any]],
             continue
         if behavior != "create":
             raise RenderError(f"{directory}: unsupported configMapGenerator behavior {behavior!r}")
-        metadata: dict[str, Any] = {"name": generator["name"],
-                                    "annotations": {**(options.get("annotations") or {}), _GENERATED: "true"}}
+        metadata: dict[str, Any] = {"name": generator["name"], "annotations": {
+            **(options.get("annotations") or {}), **({_GENERATED: "true"} if hashed else {})}}
+        if not metadata["annotations"]:
+            del metadata["annotations"]
         if generator.get("namespace"):
             metadata["namespace"] = generator["namespace"]
         if options.get("labels"):

@@ -190,9 +190,11 @@ class KubeClient:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, qps: float = 50.0, burst: int = 300,
-                        timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu") -> KubeClient:
-        """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config."""
-        credentials = kubeconfig.load(path)
+                        timeout: float = DEFAULT_TIMEOUT, user_agent: str = "fracgpu",
+                        context: str | None = None) -> KubeClient:
+        """Load `path`; with None try in-cluster config, then $KUBECONFIG / ~/.kube/config. A `context` names
+        a kubeconfig context (and so skips the in-cluster config)."""
+        credentials = kubeconfig.load(path, context=context)
         return cls(
             credentials.host,
             token=credentials.token,

@@ -63,17 +63,20 @@ class Credentials:
     token_source: Callable[[], str | None] | None = None
 
 
-def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> Credentials:
-    """`path`; with None, the in-cluster service account, then $KUBECONFIG, then ~/.kube/config."""
+def load(path: str | None = None, environ: Mapping[str, str] | None = None,
+         context: str | None = None) -> Credentials:
+    """`path`; with None, the in-cluster service account, then $KUBECONFIG, then ~/.kube/config. A `context`
+    names a kubeconfig context instead of the current one (and so skips the in-cluster service account)."""
     environ = os.environ if environ is None else environ
     if path:
-        return from_kubeconfig([Path(path)])
-    try:
-        return in_cluster(environ)
-    except NotInCluster:
-        pass
+        return from_kubeconfig([Path(path)], context)
+    if not context:
+        try:
+            return in_cluster(environ)
+        except NotInCluster:
+            pass
     listed = [Path(p) for p in (environ.get("KUBECONFIG") or "").split(os.pathsep) if p]
-    return from_kubeconfig(listed or [Path.home() / ".kube" / "config"])
+    return from_kubeconfig(listed or [Path.home() / ".kube" / "config"], context)
 
 
 # ---------------------------------------------------------------------------------------------- in-cluster
@@ -169,10 +172,10 @@ def merged(paths: list[Path]) -> dict[str, Any]:
     return result
 
 
-def from_kubeconfig(paths: list[Path]) -> Credentials:
+def from_kubeconfig(paths: list[Path], context_name: str | None = None) -> Credentials:
     config = merged(paths)
     where = os.pathsep.join(map(str, config["files"]))
-    context_name = config["current-context"]
+    context_name = context_name or config["current-context"]
     if not context_name:
         raise KubeconfigError(f"kubeconfig {where}: no current-context")
     context = config["contexts"].get(context_name)

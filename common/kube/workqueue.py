@@ -5,6 +5,11 @@
   the key comes back once the worker calls `done`.
 * `add_rate_limited` re-adds after the key's own exponential delay: base, 2×base, 4×base … capped at
   max; `forget` resets that count (after a success).
+
+With a `QueueMetrics` it reports what client-go's queue reports to its metrics provider, at the same moments:
+an add that makes a key dirty, a key handed out (and how long it waited), a key done (and how long it was
+worked on), a delayed re-add (a retry). `processing_ages` gives the in-progress times the unfinished-work and
+longest-running-processor gauges are computed from at scrape time.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 
 class ExponentialBackoff:
@@ -43,9 +49,16 @@ class ExponentialBackoff:
             return self._failures.get(key, 0)
 
 
+class QueueMetrics(Protocol):
+    def added(self) -> None: ...
+    def taken(self, queued_seconds: float | None) -> None: ...
+    def done(self, worked_seconds: float | None) -> None: ...
+    def retried(self) -> None: ...
+
+
 class WorkQueue:
     def __init__(self, backoff: ExponentialBackoff, clock: Callable[[], float] = time.monotonic,
-                 on_depth: Callable[[int], None] | None = None) -> None:
+                 on_depth: Callable[[int], None] | None = None, metrics: QueueMetrics | None = None) -> None:
         self.backoff = backoff
         self._clock = clock
         self._queue: deque[str] = deque()
@@ -57,6 +70,9 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._shutting_down = False
         self._on_depth = on_depth
+        self._metrics = metrics
+        self._added_at: dict[str, float] = {}  # dirty key -> when it became dirty
+        self._started_at: dict[str, float] = {}  # key being processed -> when it was handed out
 
     # ------------------------------------------------------------------ adding
     def add(self, key: str) -> None:
@@ -67,12 +83,17 @@ class WorkQueue:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        if self._metrics is not None:
+            self._added_at.setdefault(key, self._clock())
+            self._metrics.added()
         if key not in self._processing:
             self._queue.append(key)
             self._depth_changed()
             self._cond.notify()
 
     def add_after(self, key: str, delay: float) -> None:
+        if self._metrics is not None and not self._shutting_down:
+            self._metrics.retried()  # client-go counts every delayed add as a retry
         if delay <= 0:
             self.add(key)
             return
@@ -127,6 +148,11 @@ class WorkQueue:
                     self._processing.add(key)
                     self._dirty.discard(key)
                     self._depth_changed()
+                    if self._metrics is not None:
+                        now = self._clock()
+                        added = self._added_at.pop(key, None)
+                        self._started_at[key] = now
+                        self._metrics.taken(None if added is None else now - added)
                     return key
                 wait = next_due
                 if deadline is not None:
@@ -139,6 +165,9 @@ class WorkQueue:
     def done(self, key: str) -> None:
         with self._cond:
             self._processing.discard(key)
+            if self._metrics is not None:
+                started = self._started_at.pop(key, None)
+                self._metrics.done(None if started is None else self._clock() - started)
             if key in self._dirty:
                 self._queue.append(key)
                 self._depth_changed()
@@ -167,6 +196,12 @@ class WorkQueue:
     def processing(self) -> int:
         with self._cond:
             return len(self._processing)
+
+    def processing_ages(self) -> list[float]:
+        """Seconds each key handed out and not yet done has been worked on (kept only with metrics)."""
+        with self._cond:
+            now = self._clock()
+            return [now - started for started in self._started_at.values()]
 
     def _depth_changed(self) -> None:
         if self._on_depth is not None:

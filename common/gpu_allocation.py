@@ -1,0 +1,193 @@
+"""Which pods share which GPU: per node, each GPU group, its GPU id, reservation pod and member pods.
+
+Pure functions over plain API objects (pods, BindRequests, nodes), so the binder's allocation gauges (from its
+caches) and the `fracgpu gpus` command (from fresh lists) compute the same answer. A GPU group is the
+scheduler's name for one shared GPU: its reservation pod (in the reservation namespace, label
+`runai-gpu-group`) holds the device and carries the GPU id in `run.ai/reserve_for_gpu_index`; its members are
+the fraction pods labelled with the group (`runai-gpu-group`, or `runai-gpu-group/<group>` for multi-device
+pods).
+
+A member's share comes from its BindRequest's `receivedGPU.portion` (what the scheduler decided), else from
+its `gpu-fraction` annotation, else from `gpu-memory` over the node's `nvidia.com/gpu.memory` label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import names
+from common.gpu_request import parse_go_float, parse_go_uint
+
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class Member:
+    namespace: str
+    name: str
+    share: float | None  # None: the share cannot be told (no BindRequest, annotation or node memory)
+    phase: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class GpuGroup:
+    group: str
+    node: str
+    gpu_id: str | None = None  # None: no reservation pod, or it has not reported its GPU yet
+    reservation_pod: str | None = None
+    reservation_phase: str = ""
+    members: list[Member] = field(default_factory=list)
+    pending_bind_requests: int = 0  # BindRequests naming the group that are still being bound
+    stale: str | None = None  # why the reservation holds a GPU nobody uses, or None
+
+    @property
+    def allocated(self) -> float:
+        return round(sum(member.share or 0.0 for member in self.members), 4)
+
+    @property
+    def free(self) -> float:
+        return max(0.0, round(1.0 - self.allocated, 4))
+
+
+@dataclass
+class NodeAllocation:
+    node: str
+    groups: list[GpuGroup] = field(default_factory=list)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def pod_groups(pod: Mapping[str, Any]) -> list[str]:
+    """The GPU groups a pod is a member of, from its group labels."""
+    labels = _meta(pod).get("labels") or {}
+    return sorted({value for key, value in labels.items()
+                   if value and (key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
+
+
+def _bind_request_over(bind_request: Mapping[str, Any]) -> bool:
+    """Done with: Succeeded, or Failed with its attempts used (an unset backoffLimit counts as 1)."""
+    status = bind_request.get("status") or {}
+    phase = status.get("phase")
+    if phase == names.PHASE_SUCCEEDED:
+        return True
+    if phase != names.PHASE_FAILED:
+        return False
+    limit = (bind_request.get("spec") or {}).get("backoffLimit")
+    try:
+        return int(status.get("failedAttempts") or 0) >= (1 if limit is None else int(limit))
+    except (TypeError, ValueError):
+        return True
+
+
+def member_share(pod: Mapping[str, Any], bind_request: Mapping[str, Any] | None,
+                 node_memory_mib: int | None) -> float | None:
+    """The share of one GPU the pod holds in each of its groups, or None when nothing tells it."""
+    if bind_request is not None:
+        spec = bind_request.get("spec") or {}
+        if spec.get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION:
+            portion = parse_go_float(str((spec.get("receivedGPU") or {}).get("portion", "")))
+            if portion is not None and 0 < portion <= 1:
+                return portion
+    annotations = _meta(pod).get("annotations") or {}
+    if names.GPU_FRACTION in annotations:
+        fraction = parse_go_float(str(annotations[names.GPU_FRACTION]))
+        if fraction is not None and 0 < fraction <= 1:
+            return fraction
+    if names.GPU_MEMORY in annotations and node_memory_mib:
+        memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
+        if memory:
+            return min(1.0, memory / node_memory_mib)
+    return None
+
+
+def node_memory(node: Mapping[str, Any]) -> int | None:
+    labels = _meta(node).get("labels") or {}
+    return parse_go_uint(str(labels.get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
+
+
+def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mapping[str, Any]],
+               nodes: Iterable[Mapping[str, Any]],
+               reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE) -> list[NodeAllocation]:
+    """Every GPU group with a reservation pod or a live member, per node, sorted by node, GPU id and group."""
+    memory = {_meta(node).get("name", ""): node_memory(node) for node in nodes}
+    by_pod: dict[tuple[str, str], Mapping[str, Any]] = {}
+    pending: dict[str, int] = {}
+    for bind_request in bind_requests:
+        spec = bind_request.get("spec") or {}
+        by_pod[(_meta(bind_request).get("namespace", ""), spec.get("podName", ""))] = bind_request
+        if not _bind_request_over(bind_request):
+            for group in spec.get("selectedGPUGroups") or []:
+                if isinstance(group, str):
+                    pending[group] = pending.get(group, 0) + 1
+    groups: dict[str, GpuGroup] = {}
+
+    def group_of(name: str, node: str) -> GpuGroup:
+        entry = groups.setdefault(name, GpuGroup(group=name, node=node))
+        entry.node = entry.node or node
+        return entry
+
+    for pod in pods:
+        meta = _meta(pod)
+        phase = (pod.get("status") or {}).get("phase", "")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if meta.get("namespace") == reservation_namespace:
+            group = (meta.get("labels") or {}).get(names.GPU_GROUP_LABEL)
+            if not group:
+                continue
+            entry = group_of(group, node)
+            entry.node = node or entry.node  # the reservation pod says where the GPU is
+            entry.reservation_pod = f"{meta.get('namespace')}/{meta.get('name')}"
+            entry.reservation_phase = phase
+            gpu_id = (meta.get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX)
+            entry.gpu_id = gpu_id if gpu_id and gpu_id != names.UNKNOWN_GPU_ID else None
+            continue
+        if phase in FINISHED_PHASES:
+            continue
+        bind_request = by_pod.get((meta.get("namespace", ""), meta.get("name", "")))
+        if not node and bind_request is not None:
+            node = (bind_request.get("spec") or {}).get("selectedNode") or ""
+        share = member_share(pod, bind_request, memory.get(node))
+        for group in pod_groups(pod):
+            group_of(group, node).members.append(
+                Member(meta.get("namespace", ""), meta.get("name", ""), share, phase))
+    for name, entry in groups.items():
+        entry.pending_bind_requests = pending.get(name, 0)
+        entry.members.sort(key=lambda member: member.key)
+        entry.stale = _stale_reason(entry)
+    per_node: dict[str, NodeAllocation] = {}
+    for entry in sorted(groups.values(), key=lambda g: (g.node, g.gpu_id or "~", g.group)):
+        per_node.setdefault(entry.node, NodeAllocation(entry.node)).groups.append(entry)
+    return [per_node[node] for node in sorted(per_node)]
+
+
+def _stale_reason(group: GpuGroup) -> str | None:
+    """Why the group's reservation pod holds a GPU for nothing; the binder's garbage collection removes these."""
+    if group.reservation_pod is None:
+        return None
+    if group.reservation_phase in FINISHED_PHASES:
+        return f"reservation pod {group.reservation_phase.lower()}"
+    if not group.members and not group.pending_bind_requests:
+        return "no member pod and no pending BindRequest"
+    return None
+
+
+def to_json(nodes: list[NodeAllocation]) -> list[dict[str, Any]]:
+    """The allocation as plain JSON-able data (`fracgpu gpus -o json`)."""
+    return [{
+        "node": node.node,
+        "gpuGroups": [{
+            "group": group.group, "gpuId": group.gpu_id, "reservationPod": group.reservation_pod,
+            "reservationPhase": group.reservation_phase or None, "allocatedShare": group.allocated,
+            "freeShare": group.free, "pendingBindRequests": group.pending_bind_requests, "stale": group.stale,
+            "members": [{"pod": member.key, "share": member.share, "phase": member.phase or None}
+                        for member in group.members],
+        } for group in node.groups],
+    } for node in nodes]

@@ -1,0 +1,82 @@
+"""`fracgpu gpus`: which pods share which GPU, per node, read fresh from the API server.
+
+The grouping itself is common/gpu_allocation.py (the binder's allocation gauges use the same code); this module
+only reads the objects and prints them, as a table or as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from common import names
+from common.gpu_allocation import NodeAllocation, allocation, to_json
+from common.kube.client import ApiError, KubeClient, bindrequest_path
+
+
+def _slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """Only what the allocation reads; a large cluster's pod list is otherwise held whole."""
+    meta = pod.get("metadata") or {}
+    return {"metadata": {key: meta.get(key) for key in ("namespace", "name", "labels", "annotations")},
+            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+            "status": {"phase": (pod.get("status") or {}).get("phase", "")}}
+
+
+def read_allocation(client: KubeClient, reservation_namespace: str) -> tuple[list[NodeAllocation], list[str]]:
+    """The allocation, and warnings about what could not be read (a missing BindRequest CRD only weakens shares)."""
+    warnings = []
+    pods = client.list_all("/api/v1/pods", transform=_slim_pod).get("items") or []
+    try:
+        bind_requests = client.list_all(bindrequest_path()).get("items") or []
+    except ApiError as error:
+        if not error.not_found:
+            raise
+        bind_requests = []
+        warnings.append(f"no {names.BINDREQUEST_PLURAL}.{names.BINDREQUEST_GROUP} API: shares come from the pods' "
+                        "annotations only")
+    nodes = client.list_all("/api/v1/nodes").get("items") or []
+    return allocation(pods, bind_requests, nodes, reservation_namespace), warnings
+
+
+def _share(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
+def table(nodes: list[NodeAllocation]) -> str:
+    """One line per GPU group: node, GPU id, group, reservation pod, allocated and free share, member pods."""
+    header = ["NODE", "GPU ID", "GPU GROUP", "RESERVATION POD", "ALLOCATED", "FREE", "PODS", "STATUS"]
+    rows = []
+    for node in nodes:
+        for group in node.groups:
+            reservation = "-"
+            if group.reservation_pod:
+                reservation = group.reservation_pod.split("/", 1)[1]
+                if group.reservation_phase and group.reservation_phase != "Running":
+                    reservation += f" ({group.reservation_phase})"
+            pods = ", ".join(f"{member.key}={_share(member.share)}" for member in group.members) or "-"
+            if group.stale:
+                status = f"stale: {group.stale}"
+            elif group.reservation_pod is None:
+                status = "no reservation pod"
+            elif group.gpu_id is None:
+                status = "waiting for GPU id"
+            else:
+                status = "ok"
+            rows.append([node.node or "-", group.gpu_id or "-", group.group, reservation, _share(group.allocated),
+                         _share(group.free), pods, status])
+    if not rows:
+        return "No shared GPUs.\n"
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
+    stale = sum(1 for node in nodes for group in node.groups if group.stale)
+    if stale:
+        lines.append(f"\n{stale} stale reservation(s): reservation pods holding a GPU no pod uses; the binder's "
+                     "garbage collection removes them (if they stay, check that the binder leads and runs).")
+    return "\n".join(lines) + "\n"
+
+
+def render(nodes: list[NodeAllocation], output: str) -> str:
+    if output == "json":
+        return json.dumps({"nodes": to_json(nodes)}, indent=2) + "\n"
+    return table(nodes)
