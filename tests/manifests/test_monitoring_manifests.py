@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from common import names
-from testbed.manifests import MANIFESTS, RenderError, find, render
+from testbed.manifests import MANIFESTS, find, render
 from testbed.monitoring import DASHBOARD, dashboard, dashboard_queries, metric_names, rules_document
 
 MONITORING = render(MANIFESTS / "overlays" / "monitoring")
@@ -118,10 +118,16 @@ def test_the_binder_deployment_says_which_platforms_its_reservation_image_runs_o
     assert annotations[names.RESERVATION_IMAGE_PLATFORMS_ANNOTATION] == "linux/amd64"
 
 
-def test_a_generated_config_map_with_a_hashed_name_is_refused_not_rendered_differently(tmp_path):
+@pytest.mark.parametrize(("options", "name"), [({"disableNameSuffixHash": True}, "c"), ({}, None)])
+def test_a_config_map_generated_from_files_holds_each_file_under_its_key(tmp_path, options, name):
     (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "b.json").write_text("{}")
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "configMapGenerator": [{"name": "c", "files": ["a.txt"]}]}))
-    with pytest.raises(RenderError, match="disableNameSuffixHash"):
-        render(tmp_path)
+        "configMapGenerator": [{"name": "c", "files": ["a.txt", "key=b.json"], "options": options}]}))
+    [generated] = render(tmp_path)
+    assert generated["data"] == {"a.txt": "x", "key": "{}"}
+    if name:
+        assert generated["metadata"]["name"] == name
+    else:  # kustomize's content hash (tests/manifests/test_kustomize.py compares with kustomize itself)
+        assert generated["metadata"]["name"].startswith("c-") and len(generated["metadata"]["name"]) == 12
