@@ -11,6 +11,7 @@ import pytest
 
 from admission import review
 from admission.plugins import build_plugins
+from common.logs import RateLimit
 
 PLUGINS = build_plugins(gpu_sharing_enabled=True, hami_core_enabled=True, block_nvidia_visible_devices=True,
                         runtime_class_name="nvidia")
@@ -138,9 +139,38 @@ def test_nulls_alone_are_no_reason_for_a_patch():
     assert response == {"uid": "u1", "allowed": True, "status": {"metadata": {}, "code": 200}}
 
 
-def test_invalid_reviews_are_logged_with_uid_and_reason(caplog):
+@pytest.fixture
+def fresh_limit(monkeypatch):
+    """A refusal rate limit of its own, with a clock the test moves (other tests may have used the real one)."""
+    now = [0.0]
+    monkeypatch.setattr(review, "_refusals", RateLimit(review.REFUSALS_PER_SECOND, review.REFUSALS_BURST,
+                                                       clock=lambda: now[0]))
+    return now
+
+
+def refusals(caplog):
+    return [record for record in caplog.records if record.name == "admission.review"]
+
+
+def test_invalid_reviews_are_logged_with_uid_and_reason(caplog, fresh_limit):
     caplog.set_level(logging.INFO, logger="admission.review")
     answer(review.mutate, {"apiVersion": "apps/v1", "kind": "Deployment"})
-    lines = [record for record in caplog.records if record.getMessage() == "admission review invalid"]
-    assert lines and lines[-1].uid == "u1" and lines[-1].levelname == "WARNING"
-    assert lines[-1].fields == {"code": 400, "reason": "unable to decode apps/v1, Kind=Deployment into *v1.Pod"}
+    (line,) = refusals(caplog)
+    assert line.getMessage() == "admission review invalid" and line.uid == "u1" and line.levelname == "WARNING"
+    assert line.fields == {"code": 400, "reason": "unable to decode apps/v1, Kind=Deployment into *v1.Pod"}
+
+
+def test_a_flood_of_refusals_is_rate_limited_and_the_held_back_lines_counted(caplog, fresh_limit):
+    caplog.set_level(logging.INFO, logger="admission.review")
+    denied = fraction_pod()
+    denied["metadata"]["annotations"]["gpu-fraction"] = "abc"
+    for _ in range(review.REFUSALS_BURST + 30):
+        answer(review.validate, denied)
+    assert len(refusals(caplog)) == review.REFUSALS_BURST
+    assert all(record.getMessage() == "pod validation denied" and record.uid == "u1" and record.plugin == "gpusharing"
+               for record in refusals(caplog))
+    caplog.clear()
+    fresh_limit[0] += 1.0
+    answer(review.validate, denied)
+    (line,) = refusals(caplog)
+    assert line.fields["suppressed_since_last"] == 30 and "reason" in line.fields
