@@ -8,6 +8,7 @@ import ssl
 from dataclasses import asdict
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from prometheus_client import multiprocess
 
@@ -17,6 +18,18 @@ from admission.settings import ConnectionLimits, Settings
 from admission.tlsreload import ReloadingContext
 
 log = logging.getLogger("admission")
+
+
+class GunicornLogger(glogging.Logger):
+    """gunicorn's own lines (workers booting, exiting, timing out; errors loading the certificate) through
+    the program's formatter, so the log stays one JSON object per line."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for logger in (self.error_log, self.access_log):
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
 
 
 class AdmissionServer(BaseApplication):
@@ -43,7 +56,8 @@ class AdmissionServer(BaseApplication):
             "child_exit": _child_exit,
             "when_ready": self._when_ready,
             "accesslog": None,
-            "loglevel": "warning" if settings.log_level != "debug" else "debug",
+            "logger_class": GunicornLogger,
+            "loglevel": settings.log_level,
             "proc_name": "fracgpu-admission",
         }
         for key, value in options.items():

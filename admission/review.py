@@ -7,6 +7,7 @@ answers every decided request with HTTP 200; failures travel in `response.status
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 from collections.abc import Sequence
@@ -15,13 +16,19 @@ from typing import Any
 
 from admission.patch import make_patch
 from admission.plugins import AdmissionPlugin, Denied
-from admission.podshape import PodDecodeError, check_pod_shape
+from admission.podshape import PodDecodeError, check_pod_shape, fill_nulls
+from common.logs import RateLimit
 
 MAX_BODY_BYTES = 7 * 1024 * 1024
 DEFAULT_API_VERSION = "admission.k8s.io/v1"
 ACCEPTED_API_VERSIONS = (DEFAULT_API_VERSION, "admission.k8s.io/v1beta1")
 
 log = logging.getLogger("admission.review")
+# Denied and invalid reviews are each logged, but a flood of them (a broken controller retrying) must not
+# flood the log: beyond this rate they are counted, and the next line that goes out says how many were held.
+REFUSALS_PER_SECOND = 20.0
+REFUSALS_BURST = 100
+_refusals = RateLimit(REFUSALS_PER_SECOND, REFUSALS_BURST)
 
 
 def _reject_constant(name: str) -> Any:
@@ -178,6 +185,16 @@ def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def log_refusal(level: int, message: str, extra: dict[str, Any]) -> None:
+    """Log one denied or invalid review, unless the refusal rate limit holds it back (then it is counted)."""
+    dropped = _refusals.allow()
+    if dropped is None:
+        return
+    if dropped:
+        extra = {**extra, "fields": {**extra.get("fields", {}), "suppressed_since_last": dropped}}
+    log.log(level, message, extra=extra)
+
+
 def _run_chain(
     step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any], request: dict[str, Any]
 ) -> tuple[str, str] | None:
@@ -186,10 +203,9 @@ def _run_chain(
         try:
             getattr(plugin, step)(pod)
         except Denied as denial:
-            log.info(
-                "pod %s denied", step.replace("mutate", "mutation").replace("validate", "validation"),
-                extra={**_log_fields(request, pod), "plugin": plugin.name, "fields": {"reason": str(denial)}},
-            )
+            log_refusal(logging.INFO, f"pod {step.replace('mutate', 'mutation').replace('validate', 'validation')} "
+                        "denied", {**_log_fields(request, pod), "plugin": plugin.name,
+                                   "fields": {"reason": str(denial)}})
             return plugin.name, str(denial)
     return None
 
@@ -199,15 +215,24 @@ def _decide(body: bytes, content_type: str | None, decide: Any) -> Reply:
     try:
         api_version, request = _read_review(body, content_type)
     except _Rejected as rejected:
+        _log_invalid({"uid": ""}, rejected)
         return _errored("", None, rejected.code, rejected.message)
     uid = request.get("uid", "")
     try:
         return decide(api_version, request)
     except _Rejected as rejected:
+        _log_invalid(request, rejected)
         return _errored(uid, api_version, rejected.code, rejected.message)
     except Exception as error:  # a bug must cost one request, never the worker
         log.exception("admission handler failed", extra={"uid": uid})
         return _errored(uid, api_version, 500, f"panic: {error} [recovered]")
+
+
+def _log_invalid(request: dict[str, Any], rejected: _Rejected) -> None:
+    log_refusal(logging.WARNING, "admission review invalid", {
+        "uid": request.get("uid"), "operation": request.get("operation") or None,
+        "namespace": request.get("namespace") or None, "pod": request.get("name") or None,
+        "fields": {"code": rejected.code, "reason": rejected.message}})
 
 
 def mutate(
@@ -218,13 +243,16 @@ def mutate(
         if request.get("operation") == "DELETE":
             return _allowed(uid, api_version)
         original = request.get("object")
-        if original is None:
-            raise _Rejected(400, "there is no content to decode")
+        # The reference decodes before it looks at the scheduler: an object that is not a v1 Pod is a 400
+        # whichever scheduler it names.
+        _decode_pod(original)
         if _scheduler_name(original) != scheduler_name:
             return _allowed(uid, api_version)
-        _decode_pod(original)
         # A second, independent parse is cheaper than a deep copy and keeps `original` pristine.
         pod = _loads(body)["request"]["object"]
+        # What the plugins start from, as Go decoded it; "nothing changed" is judged against this, so a
+        # null that decodes as an empty value is no reason for a patch on its own.
+        baseline = copy.deepcopy(pod) if fill_nulls(pod) else original
         request_namespace = request.get("namespace") or ""
         object_namespace = (pod.get("metadata") or {}).get("namespace") or ""
         if object_namespace and request_namespace and object_namespace != request_namespace:
@@ -232,7 +260,8 @@ def mutate(
                 f"error: the namespace from the provided object {object_namespace} does not match "
                 f"the namespace {request_namespace}"
             )
-            log.info("pod mutation denied", extra={**_log_fields(request, pod), "fields": {"reason": message}})
+            log_refusal(logging.INFO, "pod mutation denied",
+                        {**_log_fields(request, pod), "fields": {"reason": message}})
             return _denied(uid, api_version, message, None)
         if not object_namespace and request_namespace:
             if pod.get("metadata") is None:
@@ -241,7 +270,7 @@ def mutate(
         denial = _run_chain("mutate", plugins, pod, request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])
-        if pod == original:
+        if pod == baseline:
             return _allowed(uid, api_version)
         log.debug("pod mutated", extra=_log_fields(request, pod))
         return _allowed(uid, api_version, make_patch(original, pod))
@@ -263,16 +292,12 @@ def validate(
         if operation not in ("CREATE", "UPDATE"):
             raise _Rejected(400, f"unknown operation {_go_quote(operation)}")
         pod = request.get("object")
-        if pod is None:
-            raise _Rejected(400, "there is no content to decode")
-        if operation == "UPDATE" and request.get("oldObject") is None:
-            _decode_pod(pod)  # Go decodes the new object first; its error wins
-            raise _Rejected(400, "there is no content to decode")
-        if _scheduler_name(pod) != scheduler_name:
-            return _allowed(uid, api_version)
-        _decode_pod(pod)
+        _decode_pod(pod)  # Go decodes the new object first (its error wins), then the old one
         if operation == "UPDATE":
             _decode_pod(request.get("oldObject"))
+        if _scheduler_name(pod) != scheduler_name:
+            return _allowed(uid, api_version)
+        fill_nulls(pod)
         denial = _run_chain("validate", plugins, pod, request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,6 +19,7 @@ from flask import Flask
 from admission import metrics, review
 from admission.plugins import build_plugins
 from admission.settings import Settings
+from common.logs import log_context
 
 MUTATE_PATH = "/mutate--v1-pod"
 VALIDATE_PATH = "/validate--v1-pod"
@@ -70,16 +72,19 @@ class WebhookApp:
         if handler is None or environ.get("REQUEST_METHOD") != "POST":
             return self.fallback(environ, start_response)
         started = time.perf_counter()
-        with metrics.in_flight(path):
-            reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
-                            self.plugins)
-        payload = json.dumps(reply.review).encode()
-        elapsed = time.perf_counter() - started
-        metrics.observe(path, reply.outcome, reply.plugin, elapsed)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("admission request answered", extra={
-                "webhook": path, "uid": reply.review["response"].get("uid"),
-                "fields": {"outcome": reply.outcome, "seconds": round(elapsed, 6)}})
+        # Every line about this request (plugins' included) carries its id; the review's uid cannot do that
+        # for a request whose body could not be read, and is not unique across retries of one object.
+        with log_context(request_id=os.urandom(8).hex(), webhook=path):
+            with metrics.in_flight(path):
+                reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
+                                self.plugins)
+            payload = json.dumps(reply.review).encode()
+            elapsed = time.perf_counter() - started
+            metrics.observe(path, reply.outcome, reply.plugin, elapsed)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("admission request answered", extra={
+                    "uid": reply.review["response"].get("uid"),
+                    "fields": {"outcome": reply.outcome, "seconds": round(elapsed, 6)}})
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
         return [payload]
 

@@ -8,7 +8,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common import names
-from common.flags import add_bool_flag, parse_bind_address
+from common.flags import (
+    Parser,
+    above,
+    add_bool_flag,
+    add_logging_flags,
+    at_least,
+    parse,
+    parse_bind_address,
+    resolve_log_level,
+)
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
 
@@ -52,11 +61,10 @@ class Settings:
         return os.path.join(self.cert_dir, "tls.key")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fracgpu-admission", description="GPU-sharing admission webhook (KAI-compatible)"
-    )
-    parser.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME)
+def _parser() -> Parser:
+    parser = Parser(program="admission", description="GPU-sharing admission webhook (KAI-compatible)")
+    parser.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME,
+                        help="only pods with this spec.schedulerName are mutated and validated")
     add_bool_flag(parser, "--gpu-sharing-enabled", False, "allow fractional GPU requests")
     add_bool_flag(parser, "--hami-core-enabled", False, "inject CUDA_DEVICE_MEMORY_LIMIT (hamicore)")
     add_bool_flag(parser, "--block-nvidia-visible-devices", False, "enable the deviceaccess plugin")
@@ -64,37 +72,43 @@ def _parser() -> argparse.ArgumentParser:
                         help='runtime class for fraction pods (default "nvidia"; "" disables)')
     parser.add_argument("--gpu-pod-runtime-class-name", default=None,
                         help="deprecated alias of --gpu-fraction-runtime-class-name")
-    parser.add_argument("--webhook-addr", type=int, default=9443, help="HTTPS webhook port")
+    parser.add_argument("--webhook-addr", type=_port, default=9443, help="HTTPS webhook port")
     parser.add_argument("--webhook-host", default="0.0.0.0", help="address the webhook port binds to")
     parser.add_argument("--cert-dir", default=DEFAULT_CERT_DIR, help="directory with tls.crt and tls.key")
-    parser.add_argument("--health-probe-bind-address", default=":8081")
-    parser.add_argument("--metrics-bind-address", default=":8080")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--health-probe-bind-address", type=parse_bind_address, default=":8081",
+                        help="[host]:port of /healthz and /readyz (0: off)")
+    parser.add_argument("--metrics-bind-address", type=parse_bind_address, default=":8080",
+                        help="[host]:port of Prometheus /metrics (0: off)")
+    parser.add_argument("--workers", type=at_least(1, int), default=2, help="gunicorn worker processes")
     defaults = ConnectionLimits()
-    parser.add_argument("--tls-handshake-timeout", type=float, default=defaults.handshake_timeout,
+    parser.add_argument("--tls-handshake-timeout", type=above(0), default=defaults.handshake_timeout,
                         help="seconds a new connection has to finish its TLS handshake")
-    parser.add_argument("--request-read-timeout", type=float, default=defaults.request_timeout,
+    parser.add_argument("--request-read-timeout", type=above(0), default=defaults.request_timeout,
                         help="seconds a request has from its first byte to its last, and its answer to be written")
-    parser.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
+    parser.add_argument("--idle-timeout", type=above(0), default=defaults.idle_timeout,
                         help="seconds a connection may wait for its next request (keep it above the clients' 90 s)")
-    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+    parser.add_argument("--max-connections", type=at_least(1, int), default=defaults.max_connections,
                         help="open connections per worker; at the bound the one waiting longest is closed")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add_logging_flags(parser, kai_compat=True)
     # Accepted so the reference's deployments start us unchanged; they mean nothing to a webhook.
     for flag in ("--qps", "--burst", "--rate-limiter-base-delay", "--rate-limiter-max-delay",
-                 "--feature-gates", "--kubeconfig", "--zap-encoder", "--zap-log-level",
-                 "--zap-stacktrace-level", "--zap-time-encoding",
+                 "--feature-gates", "--kubeconfig",
                  # Each worker serves its connections from one event loop; earlier versions had threads.
                  "--threads"):
         parser.add_argument(flag, default=None, help=argparse.SUPPRESS)
-    for flag in ("--leader-elect", "--fake-gpu-nodes", "--zap-devel"):
+    for flag in ("--leader-elect", "--fake-gpu-nodes"):
         add_bool_flag(parser, flag, False, argparse.SUPPRESS)
     return parser
 
 
-def parse_settings(argv: Sequence[str] | None = None) -> Settings:
-    args = _parser().parse_args(argv)
+def _port(text: str) -> int:
+    port = at_least(1, int)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port; give a port from 1 to 65535")
+    return port
+
+
+def _build(args: argparse.Namespace) -> Settings:
     # An explicit new flag wins, then an explicit deprecated one, then the default; "" disables.
     runtime_class = args.gpu_fraction_runtime_class_name
     if runtime_class is None:
@@ -110,21 +124,19 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         webhook_port=args.webhook_addr,
         webhook_host=args.webhook_host,
         cert_dir=args.cert_dir,
-        health_address=parse_bind_address(args.health_probe_bind_address),
-        metrics_address=parse_bind_address(args.metrics_bind_address),
-        workers=max(1, args.workers),
+        health_address=args.health_probe_bind_address,
+        metrics_address=args.metrics_bind_address,
+        workers=args.workers,
         connection_limits=ConnectionLimits(
-            handshake_timeout=_positive(args.tls_handshake_timeout, "--tls-handshake-timeout"),
-            request_timeout=_positive(args.request_read_timeout, "--request-read-timeout"),
-            idle_timeout=_positive(args.idle_timeout, "--idle-timeout"),
-            max_connections=int(_positive(args.max_connections, "--max-connections")),
+            handshake_timeout=args.tls_handshake_timeout,
+            request_timeout=args.request_read_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
         ),
         log_format=args.log_format,
-        log_level=args.log_level,
+        log_level=resolve_log_level(args),
     )
 
 
-def _positive(value: float, flag: str) -> float:
-    if not value > 0:
-        raise SystemExit(f"fracgpu-admission: {flag} must be greater than 0 (got {value})")
-    return value
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    return parse(_parser(), argv, _build)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from binder.settings import parse_settings
+from common.flags import StartupError, exit_with, log_startup
 from common.logs import configure_logging
 
 log = logging.getLogger("binder")
@@ -16,6 +17,7 @@ log = logging.getLogger("binder")
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
+    log_startup(log, "binder", settings)
     from binder.app import BinderApp
     from binder.plugins.registry import PluginConfigError
     from common.kube.client import KubeClient
@@ -24,13 +26,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
                                             timeout=settings.client_timeout_s, user_agent="fracgpu-binder")
     except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
-        print(f"fracgpu-binder: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
-        return 1
+        return exit_with("binder", StartupError(
+            "Kubernetes client configuration", str(error) or type(error).__name__,
+            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
     try:
         app = BinderApp(settings, client)
     except PluginConfigError as error:
-        print(f"fracgpu-binder: {error}", file=sys.stderr)
-        return 1
+        return exit_with("binder", StartupError(
+            "--plugins", str(error), "fix the plugin configuration JSON (see the README's --plugins section)"))
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s; shutting down", signal.Signals(signum).name)
@@ -40,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         app.start()
+    except StartupError as error:
+        return exit_with("binder", error)
     except Exception:  # noqa: BLE001
         log.exception("binder failed to start")
         return 1

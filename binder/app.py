@@ -26,7 +26,9 @@ from binder.settings import Settings
 from common import names
 from common.kube.cache import INDEX_GPU_GROUP, Caches, EventHandlers, object_key, pod_gpu_group_index
 from common.kube.client import KubeClient
+from common.kube.sync import unsynced_reason
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
+from common.logs import log_context
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 
 log = logging.getLogger("binder")
@@ -71,6 +73,9 @@ class BinderApp:
             # No write leaves this process without a valid lease (common/kube/fencing.py).
             client.guard.arm()
         self.caches = Caches.build(client, settings.watch_read_timeout_s)
+        for informer in self.caches.all():  # read at each scrape
+            self.metrics.informer_synced.labels(resource=informer.name).set_function(
+                lambda informer=informer: 1.0 if informer.synced else 0.0)
         self.reservation = reservation or build_reservation(client, settings, self.caches)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
@@ -178,8 +183,11 @@ class BinderApp:
             if key is None:
                 return
             started = time.monotonic()
+            # Every line of this reconcile, down to plugins and the status it reports later, carries the id.
+            reconcile_id = str(uuid.uuid4())
             try:
-                with self.metrics.reconcile_seconds.time(), self.reconciles.working():
+                with log_context(reconcile_id=reconcile_id, bindrequest=key), \
+                        self.metrics.reconcile_seconds.time(), self.reconciles.working():
                     result = self.controller.reconcile(key)
                 if result.requeue_after is not None:
                     self.queue.forget(key)
@@ -193,7 +201,8 @@ class BinderApp:
                     outcome = "success"
                 self.reconciles.observe(outcome, time.monotonic() - started)
             except Exception:  # noqa: BLE001 - reconcile reports its own errors; this is the last guard
-                log.exception("reconcile crashed", extra={"bindrequest": key})
+                log.exception("reconcile crashed", extra={"bindrequest": key,
+                                                          "fields": {"reconcile_id": reconcile_id}})
                 self.reconciles.observe("error", time.monotonic() - started, panicked=True)
                 self.queue.add_rate_limited(key)
             finally:
@@ -259,7 +268,7 @@ class BinderApp:
     # ------------------------------------------------------------------ lifecycle
     def ready(self) -> tuple[bool, str]:
         if not self.caches.synced:
-            return False, "caches not synced"
+            return False, unsynced_reason(self.caches.all())
         if self.settings.leader_elect:
             if self.elector is None or self.lost_lease:
                 return False, "leader election not running"
@@ -277,11 +286,13 @@ class BinderApp:
         return self.elector.healthy(grace=self.settings.retry_period_s)
 
     def start(self, sync_timeout: float | None = None) -> None:
-        for address, routes, name in (
-                (self.settings.health_address, health_routes(self.ready, self.live), "health"),
-                (self.settings.metrics_address, metrics_routes(self.metrics.exposition), "metrics")):
+        for address, routes, name, flag in (
+                (self.settings.health_address, health_routes(self.ready, self.live), "health",
+                 "--health-probe-bind-address"),
+                (self.settings.metrics_address, metrics_routes(self.metrics.exposition), "metrics",
+                 "--metrics-bind-address")):
             if address is not None:
-                endpoint = HttpEndpoint(address, routes, name)
+                endpoint = HttpEndpoint(address, routes, name, flag)
                 endpoint.start()
                 self.endpoints.append(endpoint)
         self.caches.start()

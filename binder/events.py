@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from common.kube.client import ApiError, KubeClient, events_path
+from common.logs import current_context, log_context
 
 log = logging.getLogger("binder.events")
 COMPONENT = "binder"
@@ -65,7 +66,8 @@ class EventRecorder:
                  on_drop: Any = None) -> None:
         self.client = client
         self.instance = instance
-        self._queue: queue.Queue[dict | None] = queue.Queue(max_queued)
+        # Each event travels with the log context of the reconcile that recorded it (its reconcile_id).
+        self._queue: queue.Queue[tuple[dict, dict] | None] = queue.Queue(max_queued)
         self._on_drop = on_drop
         self._threads = [threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True)
                          for i in range(senders)]
@@ -75,7 +77,7 @@ class EventRecorder:
     def __call__(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         event = build_event(obj, event_type, reason, message, self.instance)
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((event, current_context()))
         except queue.Full:
             log.warning("event queue full; dropping %s event %s: %s", event_type, reason, message,
                         extra={"namespace": event["metadata"]["namespace"],
@@ -85,18 +87,25 @@ class EventRecorder:
 
     def _send_loop(self) -> None:
         while True:
-            event = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            event, context = item
             try:
-                if event is None:
-                    return
-                self.client.create(events_path(event["metadata"]["namespace"]), event)
-            except ApiError as error:
-                log.warning("could not record event %s: %s", event["reason"] if event else "", error,
-                            extra={"namespace": event["metadata"]["namespace"] if event else None})
-            except Exception:  # noqa: BLE001 - the sender must survive anything
-                log.exception("could not record event")
+                with log_context(**context):
+                    self._send(event)
             finally:
                 self._queue.task_done()
+
+    def _send(self, event: dict) -> None:
+        try:
+            self.client.create(events_path(event["metadata"]["namespace"]), event)
+        except ApiError as error:
+            log.warning("could not record event %s: %s", event["reason"], error,
+                        extra={"namespace": event["metadata"]["namespace"]})
+        except Exception:  # noqa: BLE001 - the sender must survive anything
+            log.exception("could not record event")
 
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for queued events to be sent; True if all were."""

@@ -53,6 +53,10 @@ class BinderMetrics:
             buckets=LATENCY_BUCKETS, registry=r)
         self.events_dropped = Counter("fracgpu_binder_events_dropped",
                                       "Kubernetes Events not sent because the send queue was full", registry=r)
+        self.informer_synced = Gauge(
+            "fracgpu_binder_informer_synced",
+            "1 once the informer of this resource has listed it and its cache can be used; 0 while it waits "
+            "(the log and /readyz say why)", ["resource"], registry=r)
         self.group_syncs = Counter("fracgpu_binder_gpu_group_syncs", "GPU-group reservation syncs by outcome",
                                    ["outcome"], registry=r)
 

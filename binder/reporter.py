@@ -17,11 +17,21 @@ import time
 from collections.abc import Callable
 
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
+from common.logs import current_context, log_context
 
 log = logging.getLogger("binder.reporter")
 
 # A report: returns True when done, False to be tried again later.
 Report = Callable[[], bool]
+
+
+def _in_context(report: Report, context: dict) -> Report:
+    """`report`, run with the log context of the reconcile that submitted it (its reconcile_id)."""
+    def run() -> bool:
+        with log_context(**context):
+            return report()
+
+    return run
 
 
 class BackgroundReporter:
@@ -47,7 +57,7 @@ class BackgroundReporter:
                 if remaining is not None and remaining <= 0:
                     return False
                 self._room.wait(remaining if remaining is not None else 1.0)
-            self._reports[key] = report
+            self._reports[key] = _in_context(report, current_context())
             depth = len(self._reports)
         self._queue.add(key)
         if self._on_depth:

@@ -16,9 +16,22 @@ from binder.reservation.settings import (
     ReservationSettings,
 )
 from common import names
-from common.flags import add_bool_flag, parse_bind_address
+from common.flags import (
+    Parser,
+    UsageError,
+    above,
+    add_bool_flag,
+    add_logging_flags,
+    at_least,
+    between,
+    kubeconfig_path,
+    parse,
+    parse_bind_address,
+    resolve_log_level,
+)
 
 LEADER_ELECTION_ID = "2ad35f9c.kai.scheduler"
+LEADER_ELECTION_JITTER = 1.2  # client-go's JitterFactor
 
 
 @dataclass(frozen=True)
@@ -68,66 +81,97 @@ def _json_object_flag(text: str) -> Any:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fracgpu-binder", description="BindRequest binder (KAI-compatible)")
-    p.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME)
-    p.add_argument("--resource-reservation-namespace", default=names.DEFAULT_RESERVATION_NAMESPACE)
-    p.add_argument("--resource-reservation-service-account", default=DEFAULT_SERVICE_ACCOUNT)
-    p.add_argument("--resource-reservation-pod-image", default=DEFAULT_POD_IMAGE)
-    p.add_argument("--resource-reservation-app-label", default=DEFAULT_APP_LABEL)
-    p.add_argument("--resource-reservation-allocation-timeout", type=int, default=DEFAULT_ALLOCATION_TIMEOUT_S,
-                   help="seconds to wait for a reservation pod's GPU id")
-    p.add_argument("--resource-reservation-pod-resources", type=_json_object_flag, default=None)
-    p.add_argument("--resource-reservation-pod-security-context", type=_json_object_flag, default=None)
-    p.add_argument("--resource-reservation-container-security-context", type=_json_object_flag, default=None)
-    p.add_argument("--scale-adjust-namespace", default=names.DEFAULT_SCALE_ADJUST_NAMESPACE)
-    p.add_argument("--qps", type=float, default=50.0)
-    p.add_argument("--burst", type=int, default=300)
-    p.add_argument("--max-concurrent-reconciles", type=int, default=10)
-    p.add_argument("--rate-limiter-base-delay", type=float, default=1, help="seconds")
-    p.add_argument("--rate-limiter-max-delay", type=float, default=60, help="seconds")
+def _parser() -> Parser:
+    p = Parser(program="binder", description="BindRequest binder (KAI-compatible)")
+    p.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME, help="pods of this scheduler are ours")
+    p.add_argument("--resource-reservation-namespace", default=names.DEFAULT_RESERVATION_NAMESPACE,
+                   help="namespace of reservation pods")
+    p.add_argument("--resource-reservation-service-account", default=DEFAULT_SERVICE_ACCOUNT,
+                   help="serviceAccountName of reservation pods")
+    p.add_argument("--resource-reservation-pod-image", default=DEFAULT_POD_IMAGE,
+                   help="image of reservation pods (set it to the fracgpu image)")
+    p.add_argument("--resource-reservation-app-label", default=DEFAULT_APP_LABEL, help="app label of reservation pods")
+    p.add_argument("--resource-reservation-allocation-timeout", type=at_least(1, int),
+                   default=DEFAULT_ALLOCATION_TIMEOUT_S, help="seconds to wait for a reservation pod's GPU id")
+    p.add_argument("--resource-reservation-pod-resources", type=_json_object_flag, default=None,
+                   help="JSON ResourceRequirements of the reservation container")
+    p.add_argument("--resource-reservation-pod-security-context", type=_json_object_flag, default=None,
+                   help="JSON pod securityContext of reservation pods")
+    p.add_argument("--resource-reservation-container-security-context", type=_json_object_flag, default=None,
+                   help="JSON container securityContext of reservation pods")
+    p.add_argument("--scale-adjust-namespace", default=names.DEFAULT_SCALE_ADJUST_NAMESPACE,
+                   help="pods here mean the cluster is scaling up")
+    p.add_argument("--qps", type=at_least(0), default=50.0, help="API requests per second (0: unlimited)")
+    p.add_argument("--burst", type=at_least(1, int), default=300, help="API request burst")
+    p.add_argument("--max-concurrent-reconciles", type=at_least(1, int), default=10, help="BindRequest workers")
+    p.add_argument("--rate-limiter-base-delay", type=at_least(0), default=1.0,
+                   help="seconds before the first retry of a BindRequest")
+    p.add_argument("--rate-limiter-max-delay", type=at_least(0), default=60.0,
+                   help="longest retry backoff of a BindRequest, seconds")
     add_bool_flag(p, "--leader-elect", False, "hold a coordination.k8s.io Lease before binding")
-    p.add_argument("--metrics-bind-address", default=":8080")
-    p.add_argument("--health-probe-bind-address", default=":8081")
+    p.add_argument("--metrics-bind-address", type=parse_bind_address, default=":8080",
+                   help="[host]:port of Prometheus /metrics (0: off)")
+    p.add_argument("--health-probe-bind-address", type=parse_bind_address, default=":8081",
+                   help="[host]:port of /healthz and /readyz (0: off)")
     add_bool_flag(p, "--fake-gpu-nodes", False, "reservation pods run `ubuntu sleep infinity`")
     p.add_argument("--plugins", type=str, default=None, help="JSON: plugin name -> {enabled, priority, arguments}")
-    p.add_argument("--runtime-class-name", default="")
+    p.add_argument("--runtime-class-name", default="", help="runtimeClassName of reservation pods (empty: not set)")
     # Ours.
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
+    p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
+                   help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
+    p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID, help="Lease name")
     p.add_argument("--leader-election-namespace", default="",
                    help="namespace of the Lease (default: this pod's namespace, else kai-scheduler)")
-    p.add_argument("--leader-election-lease-duration", type=float, default=15.0)
-    p.add_argument("--leader-election-renew-deadline", type=float, default=10.0)
-    p.add_argument("--leader-election-retry-period", type=float, default=2.0)
-    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+    p.add_argument("--leader-election-lease-duration", type=above(0), default=15.0,
+                   help="seconds a Lease is valid without renewal")
+    p.add_argument("--leader-election-renew-deadline", type=above(0), default=10.0,
+                   help="seconds the leader keeps trying to renew before it gives up")
+    p.add_argument("--leader-election-retry-period", type=above(0), default=2.0,
+                   help="seconds between Lease attempts")
+    p.add_argument("--shutdown-timeout", type=at_least(0), default=30.0,
                    help="seconds the whole drain may take after SIGTERM: binds in flight, then pending "
                         "status reports and events; keep it below terminationGracePeriodSeconds")
-    p.add_argument("--client-timeout", type=float, default=30.0,
+    p.add_argument("--client-timeout", type=above(0), default=30.0,
                    help="seconds the binder waits for the answer to one API call (watches excepted)")
-    p.add_argument("--apiserver-request-timeout", type=float, default=60.0,
+    p.add_argument("--apiserver-request-timeout", type=at_least(0), default=60.0,
                    help="the kube-apiserver's --request-timeout: a Binding answered by a timeout, a reset or "
                         "a 5xx is decided from a read made only after this long")
-    p.add_argument("--watch-read-timeout", type=float, default=90.0,
+    p.add_argument("--watch-read-timeout", type=at_least(1), default=90.0,
                    help="seconds without a byte (event or bookmark) after which a watch is re-opened")
-    p.add_argument("--max-pending-reports", type=int, default=2000,
+    p.add_argument("--max-pending-reports", type=at_least(1, int), default=2000,
                    help="successful binds whose status may wait to be written; workers wait beyond that")
-    p.add_argument("--report-qps-share", type=float, default=0.25,
+    p.add_argument("--report-qps-share", type=between(0, 1), default=0.25,
                    help="share of --qps reserved for status, condition and event writes (they also get "
                         "every token binds leave over)")
     p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
-    p.add_argument("--log-format", choices=("json", "text"), default="json")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add_logging_flags(p, kai_compat=True)
     # Accepted so the reference's deployments start us unchanged.
-    for flag in ("--feature-gates", "--zap-encoder", "--zap-log-level", "--zap-stacktrace-level",
-                 "--zap-time-encoding"):
-        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
-    add_bool_flag(p, "--zap-devel", False, argparse.SUPPRESS)
+    p.add_argument("--feature-gates", default=None, help=argparse.SUPPRESS)
     return p
 
 
-def parse_settings(argv: Sequence[str] | None = None) -> Settings:
-    args = _parser().parse_args(argv)
+def _check(args: argparse.Namespace) -> None:
+    """Flag combinations that cannot work (each flag alone is range-checked by its type)."""
+    lease, renew, retry = (args.leader_election_lease_duration, args.leader_election_renew_deadline,
+                           args.leader_election_retry_period)
+    if lease <= renew:
+        raise UsageError(f"--leader-election-lease-duration {lease:g}",
+                         f"must be longer than --leader-election-renew-deadline {renew:g}",
+                         "a leader must give up before its Lease can expire: raise the lease duration or "
+                         "lower the renew deadline (defaults 15 and 10)")
+    # client-go's rule: the leader retries at least once, with jitter, before its deadline.
+    if renew <= retry * LEADER_ELECTION_JITTER:
+        raise UsageError(f"--leader-election-renew-deadline {renew:g}",
+                         f"must be longer than {LEADER_ELECTION_JITTER:g} x --leader-election-retry-period "
+                         f"{retry:g}", "lower the retry period or raise the renew deadline (defaults 2 and 10)")
+    if args.rate_limiter_base_delay > args.rate_limiter_max_delay:
+        raise UsageError(f"--rate-limiter-base-delay {args.rate_limiter_base_delay:g}",
+                         f"is above --rate-limiter-max-delay {args.rate_limiter_max_delay:g}",
+                         "make the first retry delay at most the longest one")
+
+
+def _build(args: argparse.Namespace) -> Settings:
+    _check(args)
     reservation = ReservationSettings(
         namespace=args.resource_reservation_namespace,
         service_account=args.resource_reservation_service_account,
@@ -146,26 +190,30 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         reservation=reservation,
         qps=args.qps,
         burst=args.burst,
-        max_concurrent_reconciles=max(1, args.max_concurrent_reconciles),
-        rate_limiter_base_delay_s=max(0, args.rate_limiter_base_delay),
-        rate_limiter_max_delay_s=max(0, args.rate_limiter_max_delay),
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+        rate_limiter_base_delay_s=args.rate_limiter_base_delay,
+        rate_limiter_max_delay_s=args.rate_limiter_max_delay,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
         lease_duration_s=args.leader_election_lease_duration,
         renew_deadline_s=args.leader_election_renew_deadline,
         retry_period_s=args.leader_election_retry_period,
-        metrics_address=parse_bind_address(args.metrics_bind_address),
-        health_address=parse_bind_address(args.health_probe_bind_address),
+        metrics_address=args.metrics_bind_address,
+        health_address=args.health_probe_bind_address,
         plugins_json=args.plugins or None,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
-        client_timeout_s=max(0.1, args.client_timeout),
-        max_pending_reports=max(1, args.max_pending_reports),
-        watch_read_timeout_s=max(1.0, args.watch_read_timeout),
-        report_qps_share=min(1.0, max(0.0, args.report_qps_share)),
-        apiserver_request_timeout_s=max(0.0, args.apiserver_request_timeout),
+        client_timeout_s=args.client_timeout,
+        max_pending_reports=args.max_pending_reports,
+        watch_read_timeout_s=args.watch_read_timeout,
+        report_qps_share=args.report_qps_share,
+        apiserver_request_timeout_s=args.apiserver_request_timeout,
         identity=args.identity,
         log_format=args.log_format,
-        log_level=args.log_level,
+        log_level=resolve_log_level(args),
     )
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    return parse(_parser(), argv, _build)

@@ -24,6 +24,19 @@ from certs.ensure import Target, ensure, verify
 from certs.kube import CertsApi, CertsApiError
 from certs.pki import generate_directory
 from certs.plan import Lifetimes, stored_bundle
+from common.flags import (
+    Parser,
+    StartupError,
+    UsageError,
+    add_logging_flags,
+    add_print_config,
+    at_least,
+    exit_with,
+    kubeconfig_path,
+    log_startup,
+    parse,
+    resolve_log_level,
+)
 from common.kube.client import KubeClient
 from common.logs import configure_logging
 
@@ -44,7 +57,8 @@ def default_namespace() -> str:
 
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, then $KUBECONFIG / ~/.kube/config")
+    parser.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
+                        help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
     parser.add_argument("--namespace", default=None, help="namespace of the Service and Secrets "
                         "(default: POD_NAMESPACE, the service account's namespace, else fracgpu-system)")
     parser.add_argument("--service", default=DEFAULTS.service, help="the webhook Service")
@@ -56,7 +70,8 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
                         help='ValidatingWebhookConfiguration to set caBundle on ("" for none)')
     parser.add_argument("--host", action="append", default=[], dest="hosts",
                         help="extra DNS name or IP address for the serving certificate (repeatable)")
-    parser.add_argument("--log-format", choices=("json", "text"), default="text")
+    add_logging_flags(parser)
+    add_print_config(parser)
 
 
 def _registration_flags(parser: argparse.ArgumentParser) -> None:
@@ -69,22 +84,23 @@ def _registration_flags(parser: argparse.ArgumentParser) -> None:
                              "namespace are always left out)")
     parser.add_argument("--webhook-url", default=None,
                         help="https:// base URL of a webhook outside the cluster network (instead of the Service)")
-    parser.add_argument("--backend-timeout", type=float, default=300.0,
+    parser.add_argument("--backend-timeout", type=at_least(0), default=300.0,
                         help="seconds to wait for a webhook backend before registering (then exit 1; a Job retries)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m certs", description="webhook certificates and registrations")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _parser() -> Parser:
+    parser = Parser(program="certs", print_config=False, description="webhook certificates and registrations")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{ensure,register,unregister,verify,escaped,generate}")
     ensure_cmd = commands.add_parser("ensure", help="create or renew certificates, Secrets and caBundle; register")
     _cluster_flags(ensure_cmd)
     _registration_flags(ensure_cmd)
     ensure_cmd.add_argument("--no-register", action="store_true",
                             help="only the Secrets and the caBundle of webhooks already registered")
-    ensure_cmd.add_argument("--renew-before-days", type=float, default=30.0,
+    ensure_cmd.add_argument("--renew-before-days", type=at_least(0), default=30.0,
                             help="renew a certificate that expires within this many days")
-    ensure_cmd.add_argument("--days", type=int, default=365, help="serving certificate validity (days)")
-    ensure_cmd.add_argument("--ca-days", type=int, default=3650, help="CA validity (days)")
+    ensure_cmd.add_argument("--days", type=at_least(1, int), default=365, help="serving certificate validity (days)")
+    ensure_cmd.add_argument("--ca-days", type=at_least(1, int), default=3650, help="CA validity (days)")
     verify_cmd = commands.add_parser("verify", help="check caBundle against the stored/served certificate")
     _cluster_flags(verify_cmd)
     verify_cmd.add_argument("--url", default=None, help="also verify the certificate this https:// URL serves")
@@ -94,32 +110,61 @@ def _parser() -> argparse.ArgumentParser:
     unregister_cmd = commands.add_parser("unregister", help="remove the webhooks from both configurations")
     _cluster_flags(unregister_cmd)
     escaped_cmd = commands.add_parser("escaped", help="list fraction pods the webhook never saw")
-    escaped_cmd.add_argument("--kubeconfig", default=None)
-    escaped_cmd.add_argument("--scheduler-name", default=webhooks.names.DEFAULT_SCHEDULER_NAME)
+    escaped_cmd.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
+                             help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
+    escaped_cmd.add_argument("--scheduler-name", default=webhooks.names.DEFAULT_SCHEDULER_NAME,
+                             help="the scheduler whose fraction pods are checked")
+    add_logging_flags(escaped_cmd)
+    add_print_config(escaped_cmd)
     generate = commands.add_parser("generate", help="write ca.crt/ca.key, tls.crt/tls.key")
     generate.add_argument("--dir", required=True, help="output directory (an existing CA there is reused)")
     generate.add_argument("--host", action="append", default=[], dest="hosts",
-                          help="DNS name or IP address for the serving certificate (repeatable)")
-    generate.add_argument("--days", type=int, default=365, help="serving certificate validity")
+                          help="DNS name or IP address for the serving certificate (repeatable; "
+                               "default: 127.0.0.1 and localhost)")
+    generate.add_argument("--days", type=at_least(1, int), default=365, help="serving certificate validity")
+    add_logging_flags(generate)
+    add_print_config(generate)
     return parser
 
 
+def _build(args: argparse.Namespace) -> argparse.Namespace:
+    """Resolve what the flags leave open, and refuse lifetimes that cannot work before anything is read."""
+    args.log_level = resolve_log_level(args)
+    if args.command == "generate":
+        args.hosts = args.hosts or ["127.0.0.1", "localhost"]
+        return args
+    if args.command == "escaped":
+        return args
+    args.namespace = args.namespace or default_namespace()
+    if args.command in ("ensure", "register"):
+        try:  # a bad registration flag fails before anything is written
+            args.registration = webhooks.Registration(
+                namespace=args.namespace, service=args.service, scheduler_name=args.scheduler_name,
+                failure_policy=args.failure_policy,
+                namespace_selector=webhooks.parse_namespace_selector(args.namespace_selector), url=args.webhook_url)
+        except ValueError as error:
+            raise UsageError("webhook registration flags", str(error),
+                             "fix --namespace-selector, --failure-policy or --webhook-url") from None
+    if args.command == "ensure":
+        try:
+            args.lifetimes = Lifetimes(serving_days=args.days, ca_days=args.ca_days,
+                                       renew_before=datetime.timedelta(days=args.renew_before_days))
+        except ValueError as error:
+            raise UsageError(f"--days {args.days} --ca-days {args.ca_days} --renew-before-days "
+                             f"{args.renew_before_days:g}", str(error),
+                             "keep --renew-before-days below --days, and --ca-days above both together") from None
+    return args
+
+
 def _target(args: argparse.Namespace) -> Target:
-    return Target(namespace=args.namespace or default_namespace(), service=args.service, secret=args.secret,
+    return Target(namespace=args.namespace, service=args.service, secret=args.secret,
                   ca_secret=args.ca_secret, mutating=args.mutating_webhook_configuration,
                   validating=args.validating_webhook_configuration, extra_hosts=tuple(args.hosts))
 
 
-def _registration(args: argparse.Namespace, target: Target) -> webhooks.Registration:
-    return webhooks.Registration(namespace=target.namespace, service=target.service,
-                                 scheduler_name=args.scheduler_name, failure_policy=args.failure_policy,
-                                 namespace_selector=webhooks.parse_namespace_selector(args.namespace_selector),
-                                 url=args.webhook_url)
-
-
 def _register(api: CertsApi, args: argparse.Namespace, target: Target) -> int:
     """Register with the caBundle the serving Secret carries (ours, or cert-manager's ca.crt)."""
-    registration = _registration(args, target)
+    registration = args.registration
     bundle = stored_bundle(api.read_secret(target.namespace, target.secret))
     if bundle is None:
         log.error("register failed: Secret %s/%s has no ca.crt yet", target.namespace, target.secret)
@@ -136,9 +181,13 @@ def _register(api: CertsApi, args: argparse.Namespace, target: Target) -> int:
 
 
 def _cluster_command(args: argparse.Namespace) -> int:
-    configure_logging(args.log_format)
     target = _target(args)
-    client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
+    try:
+        client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
+    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with one line
+        return exit_with("certs", StartupError(
+            "Kubernetes client configuration", str(error) or type(error).__name__,
+            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
     api = CertsApi(client)
     try:
         if args.command == "register":
@@ -148,10 +197,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
                 log.info("unregister: %s", action)
             return 0
         if args.command == "ensure":
-            _registration(args, target)  # a bad registration flag fails before anything is written
-            lifetimes = Lifetimes(serving_days=args.days, ca_days=args.ca_days,
-                                  renew_before=datetime.timedelta(days=args.renew_before_days))
-            report = ensure(api, target, lifetimes)
+            report = ensure(api, target, args.lifetimes)
         else:
             report = verify(api, target, url=args.url)
     except (CertsApiError, ValueError) as error:
@@ -176,16 +222,26 @@ def _cluster_command(args: argparse.Namespace) -> int:
         return 1
 
 
+def _generate(args: argparse.Namespace) -> int:
+    try:
+        generate_directory(args.dir, args.hosts, args.days)
+    except OSError as error:
+        return exit_with("certs", StartupError(
+            f"--dir {args.dir}", f"cannot write the certificates ({error.strerror or error})",
+            "choose a directory this user can create and write, or fix its permissions"))
+    log.info("wrote %s/ca.crt and %s/tls.crt for %s", args.dir, args.dir, ", ".join(args.hosts),
+             extra={"fields": {"dir": args.dir, "hosts": args.hosts}})
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(_parser(), argv, _build)
+    configure_logging(args.log_format, args.log_level)
+    log_startup(log, f"certs {args.command}", args)
     if args.command == "escaped":
-        configure_logging("text")
         return cutover.main(args.kubeconfig, args.scheduler_name)
     if args.command == "generate":
-        hosts = args.hosts or ["127.0.0.1", "localhost"]
-        generate_directory(args.dir, hosts, args.days)
-        print(f"wrote {args.dir}/ca.crt and {args.dir}/tls.crt for {', '.join(hosts)}")
-        return 0
+        return _generate(args)
     return _cluster_command(args)
 
 

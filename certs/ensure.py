@@ -14,7 +14,7 @@ import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from certs import checks, plan
+from certs import checks, identity, plan
 from certs.kube import MUTATING, VALIDATING, CertsApi
 
 log = logging.getLogger("certs")
@@ -77,6 +77,9 @@ def ensure(api: CertsApi, target: Target, lifetimes: plan.Lifetimes, now: dateti
     if decided.serving_reason:
         report.actions.append(f"issued a new serving certificate for {', '.join(target.hosts)}: "
                               f"{decided.serving_reason}")
+    identity.log_loaded(log, f"CA in Secret {target.namespace}/{target.ca_secret}", decided.ca.certificate, now)
+    identity.log_loaded(log, f"serving certificate in Secret {target.namespace}/{target.secret}",
+                        decided.serving.certificate, now)
     bundle = plan.ca_bundle(decided)
     checks.verify_chain(bundle, decided.serving.cert_pem, target.hosts, now)  # never write what won't verify
     # The CA first: a serving certificate must never be stored before the key that signed it.
@@ -89,6 +92,14 @@ def ensure(api: CertsApi, target: Target, lifetimes: plan.Lifetimes, now: dateti
             report.actions.append(f"set caBundle on {resource} {name} ({len(operations) // 2} webhooks)")
     report.problems = verify(api, target, now).problems
     return report
+
+
+def _log_identity(what: str, pem: bytes, now: datetime.datetime) -> None:
+    try:
+        certificate = checks.load_certificates(pem, what)[0]
+    except checks.CertificateProblem:
+        return  # verify_chain reports it as a problem
+    identity.log_loaded(log, what, certificate, now)
 
 
 def served_certificate(url: str, timeout: float = 10.0) -> bytes:
@@ -110,11 +121,13 @@ def verify(api: CertsApi, target: Target, now: datetime.datetime | None = None, 
         report.problems.append(f"Secret {target.namespace}/{target.secret} has no tls.crt")
     else:
         served.append((f"tls.crt of Secret {target.namespace}/{target.secret}", stored.serving_cert))
+        _log_identity(f"serving certificate in Secret {target.namespace}/{target.secret}", stored.serving_cert, now)
         if stored.serving_key is None or not checks.key_matches(stored.serving_cert, stored.serving_key):
             report.problems.append(f"Secret {target.namespace}/{target.secret}: tls.key does not belong to tls.crt")
     if url:
         try:
             served.append((f"the certificate {url} serves", served_certificate(url)))
+            _log_identity(f"certificate served at {url}", served[-1][1], now)
         except OSError as error:
             report.problems.append(f"could not fetch the certificate {url} serves: {error}")
     for resource, name in target.configurations():

@@ -1,17 +1,43 @@
-"""Structured logging for both programs: one JSON object per line, with the Kubernetes objects involved.
+"""Structured logging for every program: one JSON object per line, with the Kubernetes objects involved.
 
 Call sites pass context as `extra={"pod": ..., "namespace": ..., "node": ..., "bindrequest": ...}`; those
-keys become top-level fields so log pipelines can filter on them.
+keys become top-level fields so log pipelines can filter on them. `log_context(...)` adds fields to every
+line logged inside it on the same thread (a webhook request's `request_id`, a reconcile's `reconcile_id`),
+so lines from deep inside plugins still say which request or reconcile they belong to.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import sys
+import threading
 import time
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 CONTEXT_FIELDS = ("namespace", "pod", "node", "bindrequest", "plugin", "webhook", "uid", "operation")
+
+_NO_CONTEXT: Mapping[str, Any] = types.MappingProxyType({})
+_CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("fracgpu_log_context",
+                                                                             default=_NO_CONTEXT)
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Every line logged in this block (this thread or task) carries `fields`; nested blocks add to them."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def current_context() -> dict[str, Any]:
+    return dict(_CONTEXT.get())
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,6 +49,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        line.update(_CONTEXT.get())
         for field in CONTEXT_FIELDS:
             value = getattr(record, field, None)
             if value is not None:
@@ -37,9 +64,9 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        context = " ".join(
-            f"{field}={getattr(record, field)}" for field in CONTEXT_FIELDS if getattr(record, field, None)
-        )
+        pairs = dict(_CONTEXT.get())
+        pairs.update({field: getattr(record, field) for field in CONTEXT_FIELDS if getattr(record, field, None)})
+        context = " ".join(f"{key}={value}" for key, value in pairs.items())
         base = f"{self.formatTime(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
         text = f"{base} {context}" if context else base
         if record.exc_info:
@@ -53,3 +80,33 @@ def configure_logging(log_format: str = "json", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class RateLimit:
+    """At most `per_second` lines on average, `burst` at once; says how many were held back.
+
+    For lines one request can cause (a denied or invalid review), so a flood of bad requests cannot
+    flood the log: `allow()` returns None when the line must be dropped, else the number dropped since
+    the last line that went out (to be logged with it, so nothing disappears silently).
+    """
+
+    def __init__(self, per_second: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self.clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def allow(self) -> int | None:
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.per_second)
+            self._last = now
+            if self._tokens < 1.0:
+                self._dropped += 1
+                return None
+            self._tokens -= 1.0
+            dropped, self._dropped = self._dropped, 0
+            return dropped

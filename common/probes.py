@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from common.flags import StartupError
+
 Route = Callable[[], tuple[int, str, bytes]]
 
 
@@ -29,8 +31,14 @@ def _handler(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
 
 
 class HttpEndpoint:
-    def __init__(self, address: tuple[str, int], routes: dict[str, Route], name: str) -> None:
-        self.server = ThreadingHTTPServer(address, _handler(routes))
+    def __init__(self, address: tuple[str, int], routes: dict[str, Route], name: str, flag: str | None = None) -> None:
+        """Listen on `address` now; `flag` names the command-line flag that chose it, for the start-up error."""
+        try:
+            self.server = ThreadingHTTPServer(address, _handler(routes))
+        except OSError as error:
+            raise StartupError(f"{flag or name} {address[0]}:{address[1]}",
+                               f"cannot listen there ({error.strerror or error})",
+                               "stop what holds the port or choose another address") from None
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 

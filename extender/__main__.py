@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from common.flags import StartupError, exit_with, log_startup
 from common.logs import configure_logging
 from extender.settings import parse_settings
 
@@ -16,6 +17,7 @@ log = logging.getLogger("extender")
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
+    log_startup(log, "extender", settings)
     from common.kube.client import KubeClient
     from extender.app import ExtenderApp
 
@@ -23,13 +25,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
                                             user_agent="fracgpu-extender")
     except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
-        print(f"fracgpu-extender: cannot load Kubernetes client configuration: {error}", file=sys.stderr)
-        return 1
+        return exit_with("extender", StartupError(
+            "Kubernetes client configuration", str(error) or type(error).__name__,
+            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
     try:
         app = ExtenderApp(settings, client)
     except OSError as error:
-        print(f"fracgpu-extender: cannot listen on {settings.bind_address}: {error}", file=sys.stderr)
-        return 1
+        host, port = settings.bind_address
+        return exit_with("extender", StartupError(
+            f"--bind-address {host}:{port}", f"cannot listen there ({error.strerror or error})",
+            "stop what holds the port or choose another address"))
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s; stopping", signal.Signals(signum).name)
@@ -37,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    app.start()
+    try:
+        app.start()
+    except StartupError as error:
+        return exit_with("extender", error)
     while not app.stopped.wait(1.0):
         pass
     app.stop()

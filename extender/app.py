@@ -16,6 +16,7 @@ from common import names
 from common.buildinfo import BuildInfoCollector
 from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common.kube.sync import unsynced_reason
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
 from extender.ledger import Ledger
@@ -128,16 +129,19 @@ class ExtenderApp:
             raise
 
     def ready(self) -> tuple[bool, str]:
-        waiting = [informer.name for informer in (self.pods, self.nodes, self.bind_requests) if not informer.synced]
-        return (False, "caches not synced: " + ", ".join(waiting)) if waiting else (True, "ok")
+        informers = (self.pods, self.nodes, self.bind_requests)
+        if all(informer.synced for informer in informers):
+            return True, "ok"
+        return False, unsynced_reason(informers)
 
     def start(self) -> None:
-        for address, routes, name in (
-                (self.settings.health_address, health_routes(self.ready), "extender-health"),
+        for address, routes, name, flag in (
+                (self.settings.health_address, health_routes(self.ready), "extender-health",
+                 "--health-probe-bind-address"),
                 (self.settings.metrics_address, metrics_routes(lambda: generate_latest(self.registry)),
-                 "extender-metrics")):
+                 "extender-metrics", "--metrics-bind-address")):
             if address:
-                endpoint = HttpEndpoint(address, routes, name)
+                endpoint = HttpEndpoint(address, routes, name, flag)
                 endpoint.start()
                 self.endpoints.append(endpoint)
         for informer in (self.pods, self.nodes, self.bind_requests):

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from common import names
+from common.flags import Parser, add_logging_flags, kubeconfig_path, log_startup, parse, resolve_log_level
 from common.kube.client import ApiError, KubeClient, pod_path
 from common.logs import configure_logging
 
@@ -146,19 +147,31 @@ def stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handle)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m binder.reservation",
-                                     description="Report this reservation pod's GPU UUID, then hold the GPU.")
-    parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, then $KUBECONFIG")
+def _parser() -> Parser:
+    parser = Parser(program="resource-reservation",
+                    description="Report this reservation pod's GPU UUID, then hold the GPU.")
+    parser.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
+                        help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
     parser.add_argument("--fake-gpu", action="store_true", help=f"no NVML: write a fake UUID (or {FAKE_GPU_ENV}=true)")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    args = parser.parse_args(argv)
-    configure_logging(args.log_format)
+    add_logging_flags(parser)
+    return parser
+
+
+def _build(args: argparse.Namespace) -> argparse.Namespace:
+    args.log_level = resolve_log_level(args)
+    args.fake_gpu = is_fake_gpu(args.fake_gpu, dict(os.environ))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(_parser(), argv, _build)
+    configure_logging(args.log_format, args.log_level)
+    log_startup(log, "resource-reservation", args)
     stop = threading.Event()
     stop_on_signals(stop)
     try:
         client = KubeClient.from_kubeconfig(args.kubeconfig, user_agent="fracgpu-resource-reservation")
-        report_gpu(client, dict(os.environ), is_fake_gpu(args.fake_gpu, dict(os.environ)))
+        report_gpu(client, dict(os.environ), args.fake_gpu)
     except Exception as error:  # noqa: BLE001 - every failure ends the same way; the kubelet restarts us
         print(f"Error while running the app: {error}", flush=True)
         return 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from common import names
 from common.kube.backoff import ResettingBackoff
 from common.kube.client import ApiError, KubeClient, WatchIdle
+from common.kube.sync import explain_failure
 
 log = logging.getLogger("kube.cache")
 
@@ -78,6 +79,8 @@ class Informer:
         self._watch = None
         self.resource_version = ""
         self.relists = 0
+        # Why the last list or watch failed, in words an operator can act on; "" once a list succeeds.
+        self.problem = ""
 
     # ------------------------------------------------------------------ public reads
     @property
@@ -86,6 +89,10 @@ class Informer:
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self._synced.wait(timeout)
+
+    def sync_problem(self) -> str:
+        """Why this informer has not synced yet: its last error, else that its first list is pending."""
+        return self.problem or "waiting for the first list"
 
     def get(self, namespace_or_name: str, name: str | None = None) -> dict | None:
         key = f"{namespace_or_name}/{name}" if name is not None else namespace_or_name
@@ -202,6 +209,7 @@ class Informer:
                 self._fire("on_update", old, obj)
         self.resource_version = (listed.get("metadata") or {}).get("resourceVersion", "")
         self.relists += 1
+        self.problem = ""
         self._synced.set()
 
     def _apply(self, event: dict) -> bool:
@@ -276,14 +284,18 @@ class Informer:
                 # As client-go's reflector: only a connection problem or throttling is worth watching
                 # again from the same resourceVersion. Anything else (504 "Too large resource version"
                 # after an etcd restore, a 500 ERROR event, ...) may never heal from it: list afresh.
+                verb = "list" if need_list else "watch"
                 need_list = need_list or error.gone or not (error.transport or error.status == 429)
                 wait = backoff.next()
-                log.warning("informer %s: %s; %s in %.1fs", self.name, error,
-                            "re-listing" if need_list else "watching again", wait)
+                self.problem = explain_failure(self.name, self.path, verb, error)
+                log.warning("informer %s: %s; %s in %.1fs", self.name, self.problem,
+                            "re-listing" if need_list else "watching again", wait,
+                            extra={"fields": {"informer": self.name, "verb": verb, "code": error.status}})
                 self._stop.wait(wait)
-            except Exception:  # noqa: BLE001 - keep the cache alive whatever happens
+            except Exception as error:  # noqa: BLE001 - keep the cache alive whatever happens
                 if self._stop.is_set():
                     return
+                self.problem = f"unexpected failure: {error!r}"
                 wait = backoff.next()
                 log.exception("informer %s: unexpected failure; re-listing in %.1fs", self.name, wait)
                 need_list = True

@@ -119,6 +119,29 @@ def test_denials_are_logged_as_json_with_the_pod(webhook, session):
     assert all("spec" not in json.dumps(line) for line in lines if line["level"] == "info")
 
 
+def test_every_line_is_json_from_the_start_up_line_to_gunicorns_own(webhook, session):
+    session.post(f"{webhook.url}/mutate--v1-pod", json=review("u-id", {"apiVersion": "apps/v1",
+                                                                        "kind": "Deployment"}))
+    session.post(f"{webhook.url}/validate--v1-pod", json=review("u-id2", fraction_pod("abc")))
+    lines = [json.loads(line) for line in webhook.log_path.read_text().splitlines()]  # no plain text at all
+    first = lines[0]
+    assert first["msg"].startswith("fracgpu-admission ") and first["program"] == "fracgpu-admission"
+    assert first["settings"]["gpu_sharing_enabled"] is True and first["settings"]["log_level"] == "debug"
+    assert first["settings"]["webhook_port"] == webhook.port and first["version"]
+    assert any(line["logger"] == "gunicorn.error" and line["msg"].startswith("Booting worker") for line in lines)
+    loaded = [line for line in lines if line["msg"].startswith("serving certificate loaded")]
+    assert loaded and loaded[0]["sans"] == ["127.0.0.1", "localhost"] and loaded[0]["not_after"]
+    invalid = [line for line in lines if line.get("uid") == "u-id"]
+    denied = [line for line in lines if line.get("uid") == "u-id2"]
+    assert invalid[0]["msg"] == "admission review invalid" and invalid[0]["code"] == 400
+    assert invalid[0]["reason"] == "unable to decode apps/v1, Kind=Deployment into *v1.Pod"
+    # One request id per request, on each of its lines (the refusal and the debug answer line).
+    for request_lines, path in ((invalid, "/mutate--v1-pod"), (denied, "/validate--v1-pod")):
+        assert len(request_lines) == 2 and len({line["request_id"] for line in request_lines}) == 1
+        assert all(line["webhook"] == path for line in request_lines)
+    assert invalid[0]["request_id"] != denied[0]["request_id"]
+
+
 def test_other_methods_and_paths_are_not_reviews(webhook, session):
     assert session.get(f"{webhook.url}/mutate--v1-pod").status_code == 405
     assert session.post(f"{webhook.url}/nope", json={}).status_code == 404

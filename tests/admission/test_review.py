@@ -211,12 +211,6 @@ def test_plugin_crash_is_a_500_not_an_exception():
     assert reply.review["response"]["uid"] == "u"
 
 
-def test_pods_of_other_schedulers_are_passed_on_without_a_full_decode():
-    pod = {"metadata": {"annotations": {"a": 1}}, "spec": {"schedulerName": "default-scheduler"}}
-    assert mutate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
-    assert validate({"uid": "u", "operation": "CREATE", "object": pod})["response"]["allowed"] is True
-
-
 # resource.Quantity's JSON decoding (Go ground truth, k8s.io/apimachinery v0.35.4): null is a zero quantity,
 # a quoted value is TrimSpace'd, and ParseQuantity reads a number without digits ("m", ".", "+", "E3") as 0.
 @pytest.mark.parametrize("quantity", [None, "m", ".", "+", "-.", "E3", "+.e5", "Ki", " 1", "2 ", "0", "1", 1])

@@ -23,16 +23,16 @@ def test_a_key_of_another_certificate_stops_the_webhook_with_both_file_names(tmp
     generate_directory(str(tmp_path / "b"), ["127.0.0.1"])
     shutil.copy(tmp_path / "b" / "tls.key", tmp_path / "a" / "tls.key")
     result = start(tmp_path / "a")
-    assert result.returncode == 2
+    assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
-    assert line == (f"fracgpu-admission: {tmp_path}/a/tls.key is not the private key of the certificate in "
-                    f"{tmp_path}/a/tls.crt; not serving")
+    assert line.startswith(f"fracgpu-admission: serving certificate {tmp_path}/a/tls.crt: {tmp_path}/a/tls.key is "
+                           f"not the private key of the certificate in {tmp_path}/a/tls.crt; ")
 
 
 def test_a_file_that_is_not_pem_stops_the_webhook(tmp_path):
     generate_directory(str(tmp_path), ["127.0.0.1"])
     (tmp_path / "tls.crt").write_text("not a certificate\n")
     result = start(tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert f"{tmp_path}/tls.crt and {tmp_path}/tls.key do not load" in line
