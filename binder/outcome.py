@@ -1,4 +1,4 @@
-"""Writing what an attempt decided: BindRequest status, the pod's PodBound condition, the Event.
+"""Writing what an attempt decided: the pod's PodBound condition, BindRequest status, the Event.
 
 Every write carries a precondition, so a late write never lands on another object of the same name (a
 BindRequest or pod deleted and re-created, a StatefulSet's pod): the status patch names the BindRequest's
@@ -111,16 +111,19 @@ class SuccessReport:
         self.status_done = self.condition_done = self.event_done = False
 
     def __call__(self) -> bool:
+        # The condition first: once the status says Succeeded no binder looks at this BindRequest again, so a
+        # replica that stopped between the two writes would leave a bound pod without its PodBound condition.
+        # Before the status, the next leader finds the BindRequest unfinished, the pod bound, and writes both.
+        if self.pod is not None and not self.condition_done:
+            if not write_condition(self.client, self.pod, self.pod_report, self.fields):
+                return False
+            self.condition_done = True
         if not self.status_done:
             if not write_status(self.client, self.bind_request, st.decide_success, self.fields, self.store):
                 return False
             self.status_done = True
             if self.on_written is not None:
                 self.on_written(self.bind_request)
-        if self.pod is not None and not self.condition_done:
-            if not write_condition(self.client, self.pod, self.pod_report, self.fields):
-                return False
-            self.condition_done = True
         if not self.event_done:
             self.event_done = True
             r = self.pod_report

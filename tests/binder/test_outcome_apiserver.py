@@ -38,3 +38,29 @@ def test_success_written_after_a_concurrent_failure_clears_its_reason(api, names
     assert outcome.write_status(api, snapshot, st.decide_success, {}) is True
     status = api.get(bindrequest_path(namespace, "br"))["status"]
     assert status["phase"] == "Succeeded" and "reason" not in status and status["failedAttempts"] == 1
+
+
+def test_a_success_report_writes_the_condition_before_the_status(api, namespace, crds):
+    """Once the status says Succeeded no binder looks at the BindRequest again: a replica stopped after the
+    status but before the condition would leave a bound pod without PodBound. The condition comes first."""
+    br = bind_request(api, namespace, "p", groups=["g1"])
+    pod = plain_pod(api, namespace, "p")
+    writes: list[str] = []
+    real_patch = api.patch
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(api, name)
+
+        def patch(self, path, body, *args, **kwargs):
+            writes.append("status" if path.endswith("/status") and "bindrequests" in path else "condition")
+            if writes[-1] == "status":
+                raise outcome.ApiError(503, "ServiceUnavailable", "the replica stops here", {})
+            return real_patch(path, body, *args, **kwargs)
+
+    events: list[tuple] = []
+    report = outcome.SuccessReport(Recording(), br, pod, st.report(br, None), {}, lambda *a: events.append(a))
+    assert report() is False  # the status write failed: tried again later
+    assert writes == ["condition", "status"] and events == []
+    conditions = api.get(pod_path(namespace, "p"))["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in conditions if c["type"] == "PodBound"] == [("PodBound", "True")]
