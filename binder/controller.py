@@ -218,12 +218,7 @@ class BindRequestController:
         """
         if cached is not None:
             return cached
-        try:
-            return self.client.get(path)
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return self.client.get_or_none(path)
 
     # ------------------------------------------------------------------ report
     def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from common import names
 from common.buildinfo import BuildInfoCollector
 from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta
-from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common.kube.client import KubeClient, bindrequest_path, pod_path
 from common.kube.sync import unsynced_reason
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
@@ -121,12 +121,7 @@ class ExtenderApp:
         pod = self.pods.get(namespace, name)
         if pod is not None:
             return pod
-        try:
-            return self.client.get(pod_path(namespace, name))
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return self.client.get_or_none(pod_path(namespace, name))
 
     def ready(self) -> tuple[bool, str]:
         informers = (self.pods, self.nodes, self.bind_requests)

@@ -232,12 +232,7 @@ class Cluster:
         return self._cache[key]
 
     def get(self, path: str) -> dict | None:
-        try:
-            return self.client.get(path)
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return self.client.get_or_none(path)
 
 
 def _webhook_configurations(cluster: Cluster) -> list[dict]:

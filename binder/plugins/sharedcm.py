@@ -66,9 +66,9 @@ def upsert_owned_configmap(client: KubeClient, pod: dict[str, Any], name: str, d
     namespace, pod_name = meta.get("namespace", ""), meta.get("name", "")
     owner = owner_reference(pod)
     # Create first: on a first bind the ConfigMap never exists, and a GET before every create was a
-    # quarter of the binder's API calls in a burst. A second pass only after it vanished between the
-    # create's AlreadyExists and the GET.
-    for _ in range(2):
+    # quarter of the binder's API calls in a burst. Another pass only after it vanished between the
+    # create's AlreadyExists and the GET or the patch (the garbage collector removes one whose owner is gone).
+    for _ in range(3):
         body = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner]},
                 "data": data_fn({})}
@@ -96,6 +96,8 @@ def upsert_owned_configmap(client: KubeClient, pod: dict[str, Any], name: str, d
         try:
             return client.patch(configmap_path(namespace, name), patch)
         except ApiError as error:
+            if error.not_found:
+                continue
             raise ConfigMapError(f"failed to patch configmap for pod {namespace}/{pod_name}, error: failed to "
                                  f"patch existing configmap {namespace}/{name}, error: {error}") from error
     raise ConfigMapError(f"failed to create configmap {namespace}/{name} for pod {namespace}/{pod_name}, "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from binder.reservation.groups import has_group_label, labels_of, multi_group_label
 from common import names
-from common.kube.client import ApiError, bindrequest_path, pod_path
+from common.kube.client import bindrequest_path, pod_path
 
 if TYPE_CHECKING:
     from common.kube.cache import Caches
@@ -82,12 +82,7 @@ class ApiReads:
         return [br for br in items if group in ((br.get("spec") or {}).get("selectedGPUGroups") or [])]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.client.get(pod_path(namespace, name))
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return self.client.get_or_none(pod_path(namespace, name))
 
     def pod_changes(self, namespace: str) -> int:
         return 0

@@ -283,6 +283,15 @@ class KubeClient:
     def get(self, path: str, params: dict | None = None) -> dict:
         return self.request("GET", path, params=params) or {}
 
+    def get_or_none(self, path: str) -> dict | None:
+        """GET, or None when the object does not exist; any other error raises."""
+        try:
+            return self.get(path)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
     def create(self, path: str, body: dict) -> dict:
         return self.request("POST", path, body=body) or {}
 

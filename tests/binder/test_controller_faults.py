@@ -36,6 +36,9 @@ class Client:
     def get(self, path, params=None):
         raise self.error
 
+    def get_or_none(self, path):
+        raise self.error
+
     def patch(self, path, body, patch_type="merge"):
         self.writes.append((path, body))
         return {}
