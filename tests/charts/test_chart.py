@@ -24,7 +24,9 @@ MODES = {  # chart values -> the kustomization it must equal (plus manifests/sha
     "hamicore": (["hamicore.enabled=true"], "overlays/hamicore"),
     "stock-scheduler": (["stockScheduler.enabled=true"], "overlays/stock-scheduler"),
     "cert-manager": (["certificates.mode=cert-manager"], "overlays/cert-manager"),
+    "monitoring": (["monitoring.enabled=true"], "overlays/monitoring"),
 }
+PROMETHEUS_OPERATOR = "monitoring.coreos.com/"
 
 
 def without_hooks(documents):
@@ -66,6 +68,9 @@ def test_chart_renders_exactly_what_kustomize_renders(mode):
     ("webhook.failurePolicy=Never", "failurePolicy"),
     ("image.digest=latest", "digest"),
     ("certificates.mode=vault", "mode"),
+    ("monitoring.enable=true", "additional properties 'enable' not allowed"),
+    ("monitoring.dashboard.label.x=1", "additional properties 'label' not allowed"),
+    ("monitoring.labels.release=kube prometheus", "release"),
 ])
 def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
     result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
@@ -115,8 +120,13 @@ def test_another_release_namespace_leaves_nothing_in_fracgpu_system():
     grant = find(documents, "RoleBinding", "fracgpu-binder-reservations")
     assert grant["metadata"]["namespace"] == "kai-resource-reservation"  # the reservation namespace stays
     assert grant["subjects"] == [{"kind": "ServiceAccount", "name": "fracgpu-binder", "namespace": "gpu-sharing"}]
-    cert_manager = helm_template([CHART / "examples" / "cert-manager.yaml"], namespace="gpu-sharing")
-    assert "fracgpu-system" not in json.dumps(cert_manager)
+    for example in ("cert-manager.yaml", "monitoring.yaml"):
+        moved = helm_template([CHART / "examples" / example], namespace="gpu-sharing")
+        assert "fracgpu-system" not in json.dumps(moved), example
+    monitors = [d for d in moved if d["kind"] in ("ServiceMonitor", "PodMonitor")]
+    assert monitors and all(d["spec"]["namespaceSelector"]["matchNames"] == ["gpu-sharing"] for d in monitors)
+    rule = find(moved, "PrometheusRule", "fracgpu")  # its alert texts name the namespace in kubectl commands
+    assert "kubectl -n gpu-sharing get" in json.dumps(rule)
 
 
 def test_changed_settings_get_a_new_configmap_name_so_the_pods_roll():
@@ -151,3 +161,34 @@ def test_without_the_shared_layer_or_the_namespace_nothing_else_changes():
                                                                      for d in trimmed}
     assert removed == {(d["kind"], d["metadata"]["name"]) for d in kustomize_build(MANIFESTS / "shared")} | {
         ("Namespace", "fracgpu-system")}
+
+
+def test_monitoring_labels_reach_every_monitor_and_rule_and_nothing_else():
+    documents = helm_template([CHART / "examples" / "monitoring.yaml"])
+    operator_objects = [d for d in documents if d["apiVersion"].startswith(PROMETHEUS_OPERATOR)]
+    assert {(d["kind"], d["metadata"]["name"]) for d in operator_objects} == {
+        ("ServiceMonitor", "fracgpu-admission"), ("ServiceMonitor", "fracgpu-binder"),
+        ("PodMonitor", "fracgpu-extender"), ("PrometheusRule", "fracgpu")}
+    for document in documents:
+        labels = document["metadata"].get("labels") or {}
+        assert (labels.get("release") == "kube-prometheus-stack") == (document in operator_objects), document
+        if document in operator_objects:  # the component's own labels stay beside the added one
+            assert labels["app.kubernetes.io/part-of"] == "fracgpu"
+
+
+def test_the_dashboard_configmap_can_be_left_out_or_relabelled_for_the_sidecar():
+    enabled = ["monitoring.enabled=true"]
+    full = helm_template(settings=enabled)
+    without = helm_template(settings=[*enabled, "monitoring.dashboard.enabled=false"])
+    assert canonical(full) == canonical([*without, find(full, "ConfigMap", "fracgpu-dashboard")])
+    relabelled = find(helm_template(settings=[*enabled, "monitoring.dashboard.labels.grafana_dashboard=fracgpu",
+                                              "monitoring.dashboard.labels.team=gpu"]),
+                      "ConfigMap", "fracgpu-dashboard")
+    assert relabelled["metadata"]["labels"] == {"grafana_dashboard": "fracgpu", "team": "gpu",
+                                                "app.kubernetes.io/part-of": "fracgpu"}
+    assert relabelled["data"] == find(full, "ConfigMap", "fracgpu-dashboard")["data"]
+
+
+def test_monitoring_values_change_nothing_while_monitoring_is_off():
+    assert canonical(helm_template(settings=["monitoring.labels.release=x", "monitoring.dashboard.labels.a=b"])) == \
+        canonical(helm_template())
