@@ -148,18 +148,23 @@ class KubeClient:
         self._reserved: TokenBucket | None = None
         # Retries within one call (common/kube/retry.py); the lease view has none: it has a deadline.
         self.max_retries = retry.MAX_RETRIES
+        self.max_retry_wait_s = retry.MAX_RETRY_AFTER_S  # a longer Retry-After is answered as the error it is
         # Fencing of writes on the leader lease (common/kube/fencing.py); shared by every view.
         self.guard = WriteGuard()
 
     def for_lease(self, qps: float = 5.0, burst: int = 10) -> KubeClient:
         """The same session for leader election: its own token bucket, so a lease renew never queues
-        behind binds (controller-runtime gives leader election its own client too), and no fencing."""
+        behind binds (controller-runtime gives leader election its own client too), no fencing, and only
+        short retries."""
         view = copy.copy(self)
         view.bucket = TokenBucket(qps, burst)
         view.guard = WriteGuard()
         view._spare_tokens_only = False
         view._reserved = None
-        view.max_retries = 0
+        # A throttled renew is worth one more try a second later (client-go's rest client retries it too), but
+        # never a wait that outlasts the renew: two short retries, and none that passes the call's deadline.
+        view.max_retries = 2
+        view.max_retry_wait_s = 1.0
         return view
 
     def reserve_background_share(self, share: float) -> None:
@@ -265,6 +270,8 @@ class KubeClient:
                     continue
                 raise
             wait = retry.retry_after_seconds(response) if attempt < self.max_retries else None
+            if wait is not None and (wait > self.max_retry_wait_s or (timeout is not None and wait >= timeout)):
+                wait = None
             if wait is None:
                 break
             response.close()
