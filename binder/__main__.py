@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from binder.settings import parse_settings
-from common.flags import StartupError, exit_with, log_startup
+from common.flags import StartupError, exit_with, kube_client, log_startup
 from common.logs import configure_logging
 
 log = logging.getLogger("binder")
@@ -20,15 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_startup(log, "binder", settings)
     from binder.app import BinderApp
     from binder.plugins.registry import PluginConfigError
-    from common.kube.client import KubeClient
 
     try:
-        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
-                                            timeout=settings.client_timeout_s, user_agent="fracgpu-binder")
-    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
-        return exit_with("binder", StartupError(
-            "Kubernetes client configuration", str(error) or type(error).__name__,
-            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
+        client = kube_client(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
+                             timeout=settings.client_timeout_s, user_agent="fracgpu-binder")
+    except StartupError as error:
+        return exit_with("binder", error)
     try:
         app = BinderApp(settings, client)
     except PluginConfigError as error:

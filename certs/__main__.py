@@ -32,12 +32,12 @@ from common.flags import (
     add_print_config,
     at_least,
     exit_with,
+    kube_client,
     kubeconfig_path,
     log_startup,
     parse,
     resolve_log_level,
 )
-from common.kube.client import KubeClient
 from common.logs import configure_logging
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -183,11 +183,9 @@ def _register(api: CertsApi, args: argparse.Namespace, target: Target) -> int:
 def _cluster_command(args: argparse.Namespace) -> int:
     target = _target(args)
     try:
-        client = KubeClient.from_kubeconfig(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
-    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with one line
-        return exit_with("certs", StartupError(
-            "Kubernetes client configuration", str(error) or type(error).__name__,
-            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
+        client = kube_client(args.kubeconfig, qps=0, burst=1, user_agent="fracgpu-certs")
+    except StartupError as error:
+        return exit_with("certs", error)
     api = CertsApi(client)
     try:
         if args.command == "register":

@@ -64,6 +64,19 @@ def exit_with(program: str, error: StartupError) -> int:
     return error.exit_code
 
 
+def kube_client(kubeconfig: str | None, **options: Any) -> Any:
+    """`KubeClient.from_kubeconfig(kubeconfig, **options)`; any configuration problem (a missing or broken
+    kubeconfig, no in-cluster account) as a StartupError, so start-up ends with one line, not a traceback."""
+    from common.kube.client import KubeClient
+
+    try:
+        return KubeClient.from_kubeconfig(kubeconfig, **options)
+    except Exception as error:  # noqa: BLE001 - whatever the loader raises is a configuration problem
+        raise StartupError("Kubernetes client configuration", str(error) or type(error).__name__,
+                           "pass --kubeconfig, or run it in a pod whose service account can reach the API "
+                           "server") from None
+
+
 def version_line(program: str) -> str:
     return f"fracgpu-{program} {version()} (KAI-Scheduler contract {KAI_CONTRACT_COMMIT})"
 

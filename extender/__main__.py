@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from common.flags import StartupError, exit_with, log_startup
+from common.flags import StartupError, exit_with, kube_client, log_startup
 from common.logs import configure_logging
 from extender.settings import parse_settings
 
@@ -18,16 +18,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
     log_startup(log, "extender", settings)
-    from common.kube.client import KubeClient
     from extender.app import ExtenderApp
 
     try:
-        client = KubeClient.from_kubeconfig(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
-                                            user_agent="fracgpu-extender")
-    except Exception as error:  # noqa: BLE001 - any config loading problem ends start-up with a clear line
-        return exit_with("extender", StartupError(
-            "Kubernetes client configuration", str(error) or type(error).__name__,
-            "pass --kubeconfig, or run it in a pod whose service account can reach the API server"))
+        client = kube_client(settings.kubeconfig, qps=settings.qps, burst=settings.burst,
+                             user_agent="fracgpu-extender")
+    except StartupError as error:
+        return exit_with("extender", error)
     try:
         app = ExtenderApp(settings, client)
     except OSError as error:
