@@ -17,6 +17,7 @@ from typing import Any
 from testbed.controlplane import User
 from testbed.kube import http_session
 from testbed.manifests import find
+from testbed.procs import tail
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "fracgpu-system"
@@ -83,7 +84,7 @@ class Program:
                                          stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
     def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return tail(self.log, lines)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -21,7 +21,7 @@ import yaml
 from testbed.binaries import find_binary
 from testbed.controlplane import ControlPlane
 from testbed.manifests import MANIFESTS, find, render
-from testbed.procs import free_ports, spawn, terminate
+from testbed.procs import free_ports, spawn, tail, terminate
 
 SCHEDULER_NAME = "fracgpu-scheduler"
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,10 +87,7 @@ class _Child:
             self.process.wait()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return tail(self.log_path, lines)
 
     def __enter__(self) -> _Child:
         return self.start()

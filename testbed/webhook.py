@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from certs.pki import generate_directory
-from testbed.procs import die_with_parent
+from testbed.procs import die_with_parent, tail
 
 
 def free_port() -> int:
@@ -79,10 +79,7 @@ class AdmissionProcess:
         raise RuntimeError(f"admission webhook not ready after {timeout}s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return tail(self.log_path, lines)
 
     def stop(self) -> None:
         if self._process is None or self._process.poll() is not None:
