@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,10 @@ from binder.app import BinderApp
 from binder.settings import parse_settings
 from common.kube.cache import Informer
 from common.kube.client import KubeClient
+from testbed.kube import wait_for
 from testbed.procs import free_ports
 
 pytestmark = pytest.mark.apiserver
-
-
-def wait_for(condition: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
 
 
 def informer_gauges(text: str) -> dict[str, str]:
@@ -49,10 +39,13 @@ def test_a_binder_without_rbac_says_which_informer_cannot_list_what(control_plan
     starting.start()
     try:
         def forbidden_readyz() -> list[requests.Response]:  # a 503 Response is falsy: wrap it
-            answer = requests.get(f"http://127.0.0.1:{health}/readyz", timeout=5)
+            try:
+                answer = requests.get(f"http://127.0.0.1:{health}/readyz", timeout=5)
+            except requests.ConnectionError:
+                return []  # app.start runs on its own thread: the probe server may not listen yet
             return [answer] if "RBAC: cannot list pods" in answer.text else []
 
-        (answer,) = wait_for(forbidden_readyz)
+        (answer,) = wait_for("/readyz naming the missing RBAC", forbidden_readyz, interval=0.2)
         assert answer.status_code == 503
         assert answer.text.startswith("caches not synced: ")
         assert "403 Forbidden on list /api/v1/pods" in answer.text
@@ -89,12 +82,13 @@ def test_an_informer_on_a_resource_nobody_serves_asks_whether_the_crd_is_install
     informer = Informer(client, "/apis/nothere.fracgpu.example/v1/widgets", "widgets")
     informer.start()
     try:
-        wait_for(lambda: informer.problem)
+        wait_for("the informer to say what is wrong", lambda: informer.problem, interval=0.2)
         assert not informer.synced
         problem = informer.sync_problem()
         assert problem.startswith("404 ") and problem.endswith(
             " on list /apis/nothere.fracgpu.example/v1/widgets: is the CRD installed?")
-        logged = wait_for(lambda: [r for r in caplog.records if "is the CRD installed?" in r.getMessage()])
+        logged = wait_for("the CRD hint in the log", lambda: [r for r in caplog.records
+                                                      if "is the CRD installed?" in r.getMessage()], interval=0.2)
         assert logged[0].getMessage().startswith(f"informer widgets: {problem}")
         assert logged[0].fields["informer"] == "widgets" and logged[0].fields["code"] == 404
     finally:
