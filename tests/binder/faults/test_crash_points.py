@@ -15,6 +15,7 @@ import pytest
 from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
+from common.kube.client import bindrequest_path, pod_path
 from testbed.crashproxy import CrashProxy
 from testbed.kube import wait_for
 
@@ -76,3 +77,54 @@ def test_sigkill_at_each_step_of_a_fraction_bind_then_restart(world: World, poin
 @pytest.mark.parametrize("point", TWO_REPLICA_POINTS)
 def test_sigkill_of_the_leader_at_a_step_of_a_fraction_bind_then_takeover(world: World, point: str) -> None:
     crash_and_recover(world, point, count=2)
+
+
+# Multi-device pod (2 GPUs), crashed after its first group label, after its ConfigMaps, before its Binding.
+REPLACED_POINTS = ("group-label-written", "second-configmap-created", "binding-not-sent")
+
+
+@pytest.mark.parametrize("world", [2], indirect=True)
+@pytest.mark.parametrize("point", REPLACED_POINTS)
+def test_bind_request_replaced_with_other_groups_on_another_node_while_the_binder_is_down(world: World,
+                                                                                          point: str) -> None:
+    """S11 variant (M2): while the binder is down, the scheduler deletes the BindRequest and writes a new one with
+    new groups on the other node. The restarted binder must bind with exactly the new groups' labels, and the
+    reservation pods its first attempt made for the old groups must go (no user, no active BindRequest)."""
+    method, template, when, skip = CRASH_POINTS[point]
+    proxy = CrashProxy(world.plane.url, world.plane.ca_file, world.plane.admin.token).start()
+    replicas = Replicas(world.plane, world.workdir, world.reservation_namespace, world.lease_namespace, count=1,
+                        kubeconfigs=[proxy.write_kubeconfig(world.workdir / "proxy.kubeconfig")],
+                        extra=("--apiserver-request-timeout", str(APISERVER_REQUEST_TIMEOUT))).start()
+    try:
+        proxy.victim = lambda: replicas.signal("binder-a", signal.SIGKILL, hold=True)  # stays down until resumed
+        proxy.crash(method, template.format(rsv=world.reservation_namespace, ns=world.namespace, pod="crash"),
+                    when=when, skip=skip)
+        pod = make_pod(world.client, world.namespace, "crash", fraction="0.5", num_devices=2)
+        old_groups = world.sim.new_groups(2)
+        world.sim.submit(pod, world.nodes[0], old_groups)
+        wait_for(f"the crash point {point}", lambda: proxy.crashes, timeout=60)
+        proxy.clear()
+        old_reservations = [p["metadata"]["uid"] for p in live_reservations(world)]
+        world.client.delete(bindrequest_path(world.namespace, "crash"))
+        wait_for("the old BindRequest gone", lambda: not (world.client.get(bindrequest_path(world.namespace))
+                                                          .get("items")), timeout=30)
+        new_groups = world.sim.new_groups(2)
+        world.sim.submit(pod, world.nodes[1], new_groups)
+        replicas.resume("binder-a")
+        took = wait_all_bound(world.client, world.namespace, ["crash"], timeout=60)
+        bound = world.client.get(pod_path(world.namespace, "crash"))
+        assert bound["spec"]["nodeName"] == world.nodes[1]
+        wait_for("the old groups' reservation pods gone", lambda: not {
+            p["metadata"]["uid"] for p in live_reservations(world)} & set(old_reservations), timeout=30)
+        print(f"replaced at {point}: {len(old_reservations)} reservation pods of the old groups; bound on the new "
+              f"node {took:.1f} s after the restart; old reservations gone")
+    finally:
+        replicas.stop()
+        proxy.stop()
+    assert violations(world.client, world.plane, world.scene(binder_logs=replicas.logs)) == []
+
+
+def live_reservations(world: World) -> list[dict]:
+    return [p for p in world.client.get(pod_path(world.reservation_namespace)).get("items") or []
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")]
