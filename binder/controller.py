@@ -17,6 +17,7 @@ from binder import outcome
 from binder import status as st
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
+from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
 from common.kube.cache import Caches
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
@@ -44,6 +45,8 @@ class UndecidedBinding:
 OUTCOME_UNKNOWN = "outcome_unknown"
 TRANSIENT = "api_unavailable"
 UNDECIDED_RETRY_S = 1.0
+# A BindRequest whose pod another BindRequest is binding looks again this often (reads only the cache).
+POD_BUSY_RETRY_S = 1.0
 
 
 class Attempt:
@@ -76,6 +79,7 @@ class BindRequestController:
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
+        self.pod_slots = PodSlots()
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: str) -> Result:
@@ -84,18 +88,31 @@ class BindRequestController:
         bind_request = self.caches.bindrequests.get(namespace, name)
         if bind_request is None:
             log.debug("BindRequest not found, probably deleted", extra=fields)
-            self._first_seen.pop(key, None)
-            self._undecided.pop(key, None)
+            self._forget(key)
             return Result()
         if not st.needs_binding(bind_request):
-            self._first_seen.pop(key, None)
-            self._undecided.pop(key, None)
+            self._forget(key)
             return Result()
-        self._first_seen.setdefault(key, time.monotonic())
         spec = st.spec(bind_request)
         fields.update(pod=spec.get("podName"), node=spec.get("selectedNode"))
-        log.info("Reconciling BindRequest", extra=fields)
+        if st.pod_name_problem(bind_request) is None and not self.pod_slots.acquire(
+                f"{namespace}/{spec['podName']}", key):
+            log.info("another BindRequest is binding this pod; trying again shortly", extra=fields)
+            return Result(requeue_after=POD_BUSY_RETRY_S)
+        try:
+            return self._reconcile(key, bind_request, fields)
+        finally:
+            if key not in self._undecided:  # an undecided Binding may still commit: the pod stays this one's
+                self.pod_slots.release(key)
 
+    def _forget(self, key: str) -> None:
+        self._first_seen.pop(key, None)
+        self._undecided.pop(key, None)
+        self.pod_slots.release(key)
+
+    def _reconcile(self, key: str, bind_request: dict[str, Any], fields: dict[str, Any]) -> Result:
+        self._first_seen.setdefault(key, time.monotonic())
+        log.info("Reconciling BindRequest", extra=fields)
         attempt = Attempt(key, bind_request)
         try:
             self._attempt(attempt, fields)
@@ -120,7 +137,10 @@ class BindRequestController:
         pod_name = spec.get("podName")
         if st.pod_name_problem(bind_request) is None:
             # Read the pod first, so even a malformed BindRequest is reported on the pod it is about.
-            attempt.pod = self._read(self.caches.pods.get(namespace, pod_name), pod_path(namespace, pod_name))
+            cached = self.caches.pods.get(namespace, pod_name)
+            if self.pod_slots.recently_worked_by_another(f"{namespace}/{pod_name}", attempt.key):
+                cached = None  # another BindRequest just bound it, maybe: the informer may not show that yet
+            attempt.pod = self._read(cached, pod_path(namespace, pod_name))
             if attempt.pod is None:
                 attempt.error, attempt.step = f'pods "{pod_name}" not found', "pod_not_found"
                 return

@@ -169,7 +169,7 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         value = float(portion) if isinstance(portion, str) else math.nan
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or math.copysign(1.0, value) < 0:  # "-0" too: GPU_PORTION would read "-0"
         return f"invalid binding request: spec.receivedGPU.portion {portion!r} is not a non-negative number"
     if value > 1:
         return f"invalid binding request: spec.receivedGPU.portion {portion!r} is more than one whole GPU"

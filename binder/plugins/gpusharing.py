@@ -15,6 +15,7 @@ from typing import Any
 
 from binder.plugins.base import GPU_IDS, BindContext, BindError
 from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
+from binder.reservation.groups import MultiFractionError, fraction_device_count
 from common import names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
@@ -58,6 +59,20 @@ def portion_problem(received_gpu: Any) -> str | None:
     return None
 
 
+def device_count_problem(pod: dict[str, Any], groups: list[str]) -> str | None:
+    """Why the groups do not fit the pod, or None: one group per device the pod asked for (L6). Checked before
+    any reservation pod is made: a whole-GPU pod would otherwise cost a GPU per group before failing."""
+    try:
+        devices = fraction_device_count(pod)
+    except MultiFractionError as error:
+        return f"has a pod with an unreadable {names.GPU_FRACTION_NUM_DEVICES} annotation: {error}"
+    if devices == 0:
+        return f"names a pod that asks for no GPU fraction (no {names.GPU_FRACTION} or {names.GPU_MEMORY} annotation)"
+    if devices != len(groups):
+        return f"has {len(groups)} spec.selectedGPUGroups for a pod of {devices} GPU devices (one group per device)"
+    return None
+
+
 def devices_data(current: dict[str, str], devices: str) -> dict[str, str]:
     """NVIDIA_VISIBLE_DEVICES, and the legacy key only where it already exists."""
     data = {names.NVIDIA_VISIBLE_DEVICES: devices}
@@ -89,7 +104,8 @@ class GpuSharingPlugin:
     @staticmethod
     def _fraction_pod(ctx: BindContext) -> tuple[str, Any, str]:
         """The portion, the fraction container and its capabilities ConfigMap name, or a BindError."""
-        problem = portion_problem(ctx.spec.get("receivedGPU"))
+        problem = portion_problem(ctx.spec.get("receivedGPU")) or device_count_problem(
+            ctx.pod, ctx.spec.get("selectedGPUGroups") or [])
         if problem:
             raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
         try:

@@ -93,6 +93,8 @@ def test_a_pod_bound_elsewhere_is_an_error():
     # L6: what would otherwise cost reservation pods, or write NVIDIA_VISIBLE_DEVICES=X,X, before failing.
     ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "5"}},
      "invalid binding request: spec.receivedGPU.portion '5' is more than one whole GPU"),
+    ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g"], "receivedGPU": {"portion": "-0"}},
+     "invalid binding request: spec.receivedGPU.portion '-0' is not a non-negative number"),
     ({"receivedResourceType": "Fraction", "selectedGPUGroups": ["g", "g"], "receivedGPU": {"portion": "0.5"}},
      "invalid binding request: spec.selectedGPUGroups ['g', 'g'] names a group twice"),
     ({"receivedResourceType": "Fraction", "selectedGPUGroups": [f"g{i}" for i in range(500)],

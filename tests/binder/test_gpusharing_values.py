@@ -6,6 +6,7 @@ import pytest
 
 from binder.plugins.gpusharing import (
     capabilities_data,
+    device_count_problem,
     devices_data,
     portion_problem,
     reads_devices_from_configmap,
@@ -127,3 +128,25 @@ def test_taking_over_a_foreign_configmap_clears_everything_that_was_not_ours():
 
 def test_only_changed_keys_are_patched():
     assert changed_keys({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == {"b": "3", "c": "4"}
+
+
+def pod_with(annotations):
+    return {"metadata": {"annotations": annotations}}
+
+
+@pytest.mark.parametrize("annotations,groups,problem", [
+    ({"gpu-fraction": "0.5"}, ["g"], None),
+    ({"gpu-memory": "4096"}, ["g"], None),
+    ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}, ["a", "b"], None),
+    # L6: each of these would otherwise create a reservation pod (a whole GPU) per group before failing.
+    ({}, ["g"], "names a pod that asks for no GPU fraction (no gpu-fraction or gpu-memory annotation)"),
+    ({"gpu-fraction": "0.5"}, ["a", "b"], "has 2 spec.selectedGPUGroups for a pod of 1 GPU devices (one group per "
+                                          "device)"),
+    ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "3"}, ["a"],
+     "has 1 spec.selectedGPUGroups for a pod of 3 GPU devices (one group per device)"),
+    ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "x"}, ["a"],
+     'has a pod with an unreadable gpu-fraction-num-devices annotation: strconv.ParseInt: parsing "x": '
+     'invalid syntax'),
+])
+def test_the_groups_must_match_the_devices_the_pod_asked_for(annotations, groups, problem):
+    assert device_count_problem(pod_with(annotations), groups) == problem

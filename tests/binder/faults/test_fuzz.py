@@ -5,10 +5,9 @@ checker). A mutation is either bad (the binder must end it `Failed` with a reaso
 create no reservation pod for it), odd but valid (it must bind), or refused by the CRD schema (the API server
 answers 422; nothing to do). Three good BindRequests are written during the storm and must bind within 10 s.
 
-Not in the mix yet, because the binder does not reject them (issue 9, L6; measured on this suite): a portion of
-"5", "1e308" or "-0" and duplicate groups end `Succeeded`, with reservation pods; 500 groups create hundreds of
-reservation pods and hold a worker for minutes; a Fraction BindRequest for a whole-GPU pod creates reservation
-pods before it fails. Add them to BAD when L6 is fixed: `mutate` already writes them.
+The bad ones include what once cost reservation pods or a worker before failing (issue 9, L6): a portion of "5",
+"1e308" or "-0", duplicate groups, 500 groups, a Fraction BindRequest for a whole-GPU pod: each must now fail
+before any side effect (the audit log shows no reservation pod created for it).
 """
 
 from __future__ import annotations
@@ -59,7 +58,8 @@ def mutate(kind: str, spec: dict[str, Any], meta: dict[str, Any], world: World) 
         meta["name"] = meta["name"] + "-other"
 
 
-BAD = ("no-pod", "no-node", "no-groups", "owner-of-a-deleted-pod", "missing-podname")
+BAD = ("no-pod", "no-node", "no-groups", "owner-of-a-deleted-pod", "missing-podname", "500-groups",
+       "duplicate-groups", "portion-5", "portion-1e308", "portion--0", "fraction-for-a-whole-gpu-pod")
 ODD_BUT_VALID = ("backoff-0", "backoff-max", "other-name")
 # Refused by the schema, or accepted and then judged by the checker alone (no receivedResourceType reads as
 # Regular, as in the reference).

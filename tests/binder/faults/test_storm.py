@@ -3,8 +3,10 @@
 30 fraction pods over 5 shared groups on 2 nodes, their BindRequests written at once. While they are in flight,
 a seeded random stream deletes some BindRequests (the scheduler simulator then writes new ones, with new groups
 and sometimes another node) and relabels others. At most one reservation pod per group, every bound pod
-complete, nothing leaked: the checker decides. (A second BindRequest for one pod is not part of it yet: a
-failing duplicate writes PodBound=False onto the pod the first one bound, a false condition the checker reports.)
+complete, nothing leaked: the checker decides. Four pods also get a second BindRequest (another name, the other
+node, a group of their own, `backoffLimit` 1) written right after the first: one attempt runs on a pod at a time
+(L6), so whichever binds first wins and the other fails as "bound elsewhere" without touching the pod's labels,
+ConfigMaps or PodBound condition; the simulator deletes it as the KAI scheduler would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, w
 
 from common.kube.client import ApiError, bindrequest_path
 from testbed.kube import wait_for
+from testbed.schedsim import bind_request_body
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 
@@ -35,6 +38,11 @@ def test_storm_on_shared_groups_with_deletes_and_updates_in_flight(world: World)
             for i, pod in enumerate(pods):
                 node, group = groups[i % 5]
                 world.sim.submit(pod, node, group)
+                if i < 4:
+                    duplicate = bind_request_body(pod, world.nodes[(i + 1) % 2], world.sim.new_groups(1), 0.2)
+                    duplicate["metadata"]["name"] += "-dup"
+                    duplicate["spec"]["backoffLimit"] = 1
+                    world.client.create(bindrequest_path(world.namespace), duplicate)
             for name in rng.sample([p["metadata"]["name"] for p in pods], 12):
                 try:
                     if rng.random() < 0.5:
@@ -47,7 +55,7 @@ def test_storm_on_shared_groups_with_deletes_and_updates_in_flight(world: World)
                 except ApiError as error:
                     assert error.not_found, error  # the scheduler simulator is replacing it
             took = wait_all_bound(world.client, world.namespace, [p["metadata"]["name"] for p in pods], timeout=90)
-        print(f"storm: 30 BindRequests, {len(deleted)} deleted and {len(relabelled)} relabelled in "
+        print(f"storm: 30 BindRequests and 4 duplicates, {len(deleted)} deleted and {len(relabelled)} relabelled in "
               f"flight, scheduler re-created {len(world.sim.recreated)}; all bound {took:.1f} s after the storm")
     finally:
         replicas.stop()
