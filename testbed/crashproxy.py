@@ -27,8 +27,8 @@ log = logging.getLogger("testbed.crashproxy")
 class CrashRule(Rule):
     skip: int = 0
 
-    def matches(self, method: str, path: str, query: str = "") -> bool:
-        if not super().matches(method, path, query):
+    def matches(self, method: str, path: str, query: str = "", key: str = "") -> bool:
+        if not super().matches(method, path, query, key):
             return False
         if self.skip > 0:
             self.skip -= 1
@@ -57,8 +57,8 @@ class CrashProxy(HttpFaultProxy):
         if self.victim is not None:
             self.victim()
 
-    def _pick(self, method: str, path: str, query: str) -> Rule | None:
-        rule = super()._pick(method, path, query)
+    def _pick(self, method: str, path: str, query: str, key: str = "") -> Rule | None:
+        rule = super()._pick(method, path, query, key)
         if rule is not None and rule.action == "sigkill_before":
             self._kill(method, path, "before")
             return Rule(method, rule.path, "hang")  # the dead client's request is never forwarded

@@ -9,6 +9,12 @@ log see a normal client. Rules pick requests by method and path and inject one f
 * `answer(status, body, headers)`: answer without forwarding (429 with Retry-After, 503, 504, ...).
 * `hang()`: never answer and never forward.
 * `reset()`: close the client's connection without an answer and without forwarding.
+* `drop_answer()`: forward, wait for the apiserver's answer, then close the client's connection (RST) instead of
+  relaying it: the write committed and the client never learnt it (an answer lost after commit).
+
+`distinct=True` on a rule makes it hit each object once: the second request for the same path and body name
+(`metadata.name`, or `generateName` for a generated one) passes, so every object gets the fault exactly once
+however often the client tries again.
 
 `cut_watches()` aborts the watch streams open at that moment (a connection dropped mid-stream).
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import ssl
 import threading
@@ -51,11 +58,15 @@ class Rule:
     times: int | None = 1
     hits: int = 0
     query: re.Pattern[str] | None = None  # also match the query string (e.g. "watch=true")
+    distinct: bool = False  # hit each object (path + body name) once: its retries pass
+    seen: set[str] = field(default_factory=set)
 
-    def matches(self, method: str, path: str, query: str = "") -> bool:
+    def matches(self, method: str, path: str, query: str = "", key: str = "") -> bool:
         if self.times is not None and self.hits >= self.times:
             return False
         if self.query is not None and self.query.search(query) is None:
+            return False
+        if self.distinct and key in self.seen:
             return False
         return self.method in ("*", method) and self.path.search(path) is not None
 
@@ -112,6 +123,10 @@ class HttpFaultProxy:
     def reset(self, method: str, path: str, **kwargs: Any) -> Rule:
         return self.add(method, path, "reset", **kwargs)
 
+    def drop_answer(self, method: str, path: str, **kwargs: Any) -> Rule:
+        """Forward, then reset the client's connection instead of answering (committed, answer lost)."""
+        return self.add(method, path, "drop", **kwargs)
+
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
@@ -158,11 +173,13 @@ class HttpFaultProxy:
         await self._runner.cleanup()
         await self._session.close()
 
-    def _pick(self, method: str, path: str, query: str) -> Rule | None:
+    def _pick(self, method: str, path: str, query: str, key: str = "") -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(method, path, query):
+                if rule.matches(method, path, query, key):
                     rule.hits += 1
+                    if rule.distinct:
+                        rule.seen.add(key)
                     return rule
         return None
 
@@ -174,7 +191,7 @@ class HttpFaultProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         body = await request.read()
-        rule = self._pick(request.method, request.path, request.query_string)
+        rule = self._pick(request.method, request.path, request.query_string, _object_key(request.path, body))
         if rule is not None and rule.action == "answer":
             self._record(request.method, request.path, rule.status, started, rule)
             return web.json_response(rule.body, status=rule.status, headers=rule.headers)
@@ -193,6 +210,12 @@ class HttpFaultProxy:
         upstream = asyncio.ensure_future(self._upstream(request, body, delay))
         status, headers, stream = await asyncio.shield(upstream)
         self._record(request.method, request.path, status, started, rule)
+        if rule is not None and rule.action == "drop":  # it happened; the client will never know
+            with contextlib.suppress(RuntimeError):
+                await stream.aclose()
+            assert request.transport is not None
+            request.transport.abort()
+            raise ConnectionResetError("answer dropped by the fault proxy")
         response = web.StreamResponse(status=status, headers=headers)
         watch = request.query.get("watch") in ("true", "1") and request.transport is not None
         if watch:
@@ -234,6 +257,15 @@ class HttpFaultProxy:
                 yield chunk
         finally:
             answer.release()
+
+
+def _object_key(path: str, body: bytes) -> str:
+    """The object a request is about: its path, plus the body's name for a create in a collection."""
+    try:
+        meta = json.loads(body).get("metadata") or {} if body else {}
+    except (ValueError, AttributeError):
+        meta = {}
+    return f"{path}#{meta.get('name') or meta.get('generateName') or ''}"
 
 
 async def _once(data: bytes) -> Any:

@@ -45,8 +45,8 @@ class FlakyProxy(HttpFaultProxy):
         with self._lock:
             self.flakes.clear()
 
-    def _pick(self, method: str, path: str, query: str) -> Rule | None:
-        rule = super()._pick(method, path, query)
+    def _pick(self, method: str, path: str, query: str, key: str = "") -> Rule | None:
+        rule = super()._pick(method, path, query, key)
         if rule is not None:
             return rule
         with self._lock:

@@ -61,3 +61,21 @@ def test_a_write_whose_connection_was_dropped_is_never_sent_again(fault_proxy, p
         proxied.create(configmap_path(namespace), configmap("c4"))
     assert error.value.transport
     assert len(fault_proxy.requests("POST", path)) == 1
+
+
+def test_an_answer_dropped_after_commit_reaches_the_client_as_a_reset_and_distinct_hits_each_object_once(
+        fault_proxy, proxied, namespace):
+    """The fault suite's S8 action (testbed/faultproxy.py `drop_answer`): the create happened, the client saw
+    only a reset; with `distinct`, a second request for the same object passes and another object is hit."""
+    path = rf"/namespaces/{namespace}/configmaps$"
+    fault_proxy.drop_answer("POST", path, times=None, distinct=True)
+    for name in ("c5", "c6"):
+        with pytest.raises(ApiError) as error:
+            proxied.create(configmap_path(namespace), configmap(name))
+        assert error.value.transport
+        assert proxied.get(configmap_path(namespace, name))["data"] == {"k": "v"}  # it committed
+        with pytest.raises(ApiError) as error:  # the same object again: answered, not dropped
+            proxied.create(configmap_path(namespace), configmap(name))
+        assert error.value.already_exists
+    assert [(r["status"], r["rule"]) for r in fault_proxy.requests("POST", path)] == \
+        [(201, "drop"), (409, None), (201, "drop"), (409, None)]
