@@ -12,7 +12,9 @@ from common.kube.client import ApiError, KubeClient, pod_path
 class NodePlayer:
     """Plays the node for reservation pods: GPU UUID annotation (as the reservation program writes it)
     and phase Running (as the kubelet would). `paused` makes it ignore new pods; un-pausing serves the
-    pods that arrived meanwhile at once.
+    pods that arrived meanwhile at once. A GPU id is named after the reservation pod's name, so a pod re-created
+    under that name gets the same id; `per_uid` names it after the uid too, so a test can tell a GPU id handed
+    out from a deleted reservation pod from its replacement's.
 
     It watches, as a kubelet does: polling with LISTs (20 a second) cost the API server more CPU in a
     benchmark than some of the programs being measured."""
@@ -21,6 +23,7 @@ class NodePlayer:
         self.client = client
         self.namespace = namespace
         self._paused = False
+        self.per_uid = False
         self.uuids: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -54,7 +57,8 @@ class NodePlayer:
             return
         try:
             self.client.patch(pod_path(self.namespace, meta["name"]),
-                              {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: self.uuid_for(meta["name"])}}})
+                              {"metadata": {"annotations": {names.RESERVE_FOR_GPU_INDEX: self.uuid_for(
+                                  f"{meta['name']}/{meta.get('uid')}" if self.per_uid else meta["name"])}}})
             self.client.patch(pod_path(self.namespace, meta["name"], "status"), {"status": {"phase": "Running"}})
         except ApiError:
             pass
