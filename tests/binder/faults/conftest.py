@@ -33,8 +33,11 @@ CRD_FILE = Path(__file__).resolve().parents[3] / "manifests" / "crd" / "bindrequ
 
 @pytest.fixture(scope="session")
 def fault_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    # DRAExtendedResource: S8 loses the answer to an extended ResourceClaim's create, and checks the claim named
+    # in the pod's status.extendedResourceClaimStatus, which the apiserver keeps only with that gate.
     plane = audited_control_plane(service_accounts=BINDER_SERVICE_ACCOUNTS,
-                                  extra_apiserver_args=[f"--request-timeout={APISERVER_REQUEST_TIMEOUT}s"])
+                                  extra_apiserver_args=[f"--request-timeout={APISERVER_REQUEST_TIMEOUT}s",
+                                                        "--feature-gates=DRAExtendedResource=true"])
     plane.start()
     try:
         api = api_client(plane)
