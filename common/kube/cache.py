@@ -79,6 +79,7 @@ class Informer:
         self._watch = None
         self.resource_version = ""
         self.relists = 0
+        self.quiet = False
         # Why the last list or watch failed, in words an operator can act on; "" once a list succeeds.
         self.problem = ""
 
@@ -242,7 +243,26 @@ class Informer:
             self._fire("on_update", old, obj)
         return True
 
+    def _server_is_behind(self) -> bool:
+        """Whether the API server's current resourceVersion is below the one this cache holds: etcd was
+        restored from a backup. A watch from a version the server has not reached is accepted and stays silent
+        (kube-apiserver 1.35 answers no "too large" error), and once the server's counter passes it the watch
+        resumes and misses every change in between: only a new list heals that (M1). One cheap request (a
+        consistent list of one object), made only after a watch failed or ended with nothing in it."""
+        if not self.resource_version.isdigit():
+            return False
+        probe = self.client.get(self.path, params={**self.params, "limit": "1"})
+        current = (probe.get("metadata") or {}).get("resourceVersion", "")
+        if current.isdigit() and int(current) < int(self.resource_version):
+            log.warning("informer %s: the API server is at resourceVersion %s, behind this cache's %s (etcd "
+                        "restored from a backup?); re-listing", self.name, current, self.resource_version,
+                        extra={"fields": {"informer": self.name}})
+            return True
+        return False
+
     def _watch_once(self) -> bool:
+        """One watch; False when the cache must be listed again. Sets `quiet` when nothing at all came."""
+        self.quiet = True
         params = dict(self.params)
         params.update({
             "resourceVersion": self.resource_version,
@@ -252,6 +272,7 @@ class Informer:
         self._watch = self.client.watch(self.path, params, read_timeout=self.read_timeout_s)
         try:
             for event in self._watch:
+                self.quiet = False
                 if self._stop.is_set():
                     return True
                 if not self._apply(event):
@@ -270,12 +291,17 @@ class Informer:
         # server answering 410 at once cannot spin the informer through LIST after LIST.
         backoff = ResettingBackoff(0.2, self.max_backoff_s, clock=lambda: self.clock())
         need_list = True
+        suspect = False  # the last watch failed or brought nothing: is the server behind us?
         while not self._stop.is_set():
             try:
+                if suspect and not need_list:
+                    need_list = self._server_is_behind()
+                suspect = False
                 if need_list:
                     self._relist()
                     need_list = False
                 need_list = not self._watch_once()
+                suspect = self.quiet
                 if need_list:
                     self._stop.wait(backoff.next())
             except ApiError as error:
@@ -286,6 +312,7 @@ class Informer:
                 # after an etcd restore, a 500 ERROR event, ...) may never heal from it: list afresh.
                 verb = "list" if need_list else "watch"
                 need_list = need_list or error.gone or not (error.transport or error.status == 429)
+                suspect = True
                 wait = backoff.next()
                 self.problem = explain_failure(self.name, self.path, verb, error)
                 log.warning("informer %s: %s; %s in %.1fs", self.name, self.problem,

@@ -188,6 +188,9 @@ class TooLargeResourceVersionClient:
         self.lists += 1
         return {"metadata": {"resourceVersion": "1000"}, "items": [pod("a", "900")]}
 
+    def get(self, path, params=None):  # the server is not behind: a lost connection is no reason to list
+        return {"metadata": {"resourceVersion": "1000"}, "items": []}
+
     def watch(self, path, params, read_timeout=None):
         self.watch_rvs.append(params["resourceVersion"])
         raise ApiError(504, "Timeout", "Too large resource version: 1000, current: 12")
@@ -221,6 +224,46 @@ def test_a_watch_that_lost_its_connection_resumes_from_its_resource_version_with
         informer.stop()
 
 
+class RestoredEtcdClient:
+    """Lists at resourceVersion 1000; every watch is accepted and ends with nothing in it (kube-apiserver 1.35 on a
+    watch from a version it has not reached); the server's own counter is `current` (below 1000 once etcd was
+    restored from a backup)."""
+
+    def __init__(self, current: str) -> None:
+        self.current = current
+        self.lists = 0
+        self.probes = 0
+
+    def list_all(self, path, params=None, **_):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "1000"}, "items": [pod("a", "900")]}
+
+    def get(self, path, params=None):
+        assert params == {"limit": "1"}, params
+        self.probes += 1
+        return {"metadata": {"resourceVersion": self.current}, "items": []}
+
+    def watch(self, path, params, read_timeout=None):
+        time.sleep(0.05)
+        yield from ()
+
+
+@pytest.mark.parametrize(("current", "relists"), [("400", True), ("1000", False), ("1500", False)])
+def test_a_silent_watch_from_a_version_the_server_has_not_reached_re_lists(current, relists):
+    client = RestoredEtcdClient(current)
+    informer = Informer(client, "/api/v1/pods", "pods", slim=slim_pod)
+    informer.start()
+    try:
+        deadline = time.monotonic() + 3
+        while client.probes < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Before the fix: the same resourceVersion was watched again and again, blind until the server caught up.
+        assert client.probes >= 3
+        assert (client.lists > 1) is relists
+    finally:
+        informer.stop()
+
+
 class RecordingStop:
     """Stands in for the informer's stop event: records each wait, stops after `waits` of them."""
 
@@ -244,6 +287,9 @@ def test_watch_failures_minutes_apart_each_wait_the_initial_backoff_not_a_double
 
     class FailsAfterHealthySpells:
         def list_all(self, path, params=None, **_):
+            return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+        def get(self, path, params=None):
             return {"metadata": {"resourceVersion": "1"}, "items": []}
 
         def watch(self, path, params, read_timeout=None):
