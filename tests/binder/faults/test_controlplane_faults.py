@@ -68,8 +68,11 @@ def inject(faults: ControlPlaneFaults, process: str, action: str, seconds: float
 
 SCENARIOS = {
     # name: (process, action, outage s, fraction groups, pods per group, regular pods, recovery bound s)
-    "apiserver-sigkill-20s": (APISERVER, "sigkill", 20, 20, 3, 40, 60),
+    "apiserver-sigkill-30s": (APISERVER, "sigkill", 30, 20, 3, 40, 60),
     "apiserver-sigstop-30s": (APISERVER, "sigstop", 30, 20, 3, 40, 60),
+    # Far past the lease (15 s): both replicas give it up and exit; whichever comes back first leads, and none
+    # may write after its renew deadline (I6) when the apiserver wakes up with their requests still queued.
+    "apiserver-sigstop-90s": (APISERVER, "sigstop", 90, 20, 3, 40, 60),
     # Longer than the binders' 8 s client timeout, shorter than the apiserver's 20 s request timeout: writes in
     # flight have an unknown outcome and may still commit after the client gave up (H1).
     "etcd-sigstop-15s": (ETCD, "sigstop", 15, 20, 1, 5, 60),
