@@ -47,12 +47,13 @@ rules:
 """
 
 
-def audited_control_plane(**kwargs: Any) -> ControlPlane:
-    """A `ControlPlane` (not started) whose apiserver audits every write to `<workdir>/audit/audit.log`."""
+def audited_control_plane(policy: str = AUDIT_POLICY, **kwargs: Any) -> ControlPlane:
+    """A `ControlPlane` (not started) whose apiserver audits every write to `<workdir>/audit/audit.log`
+    (or what `policy`, an audit Policy in YAML, says)."""
     workdir = Path(tempfile.mkdtemp(prefix="fracgpu-faults-"))
     audit = workdir / "audit"
     audit.mkdir()
-    (audit / "policy.yaml").write_text(AUDIT_POLICY)
+    (audit / "policy.yaml").write_text(policy)
     args = [f"--audit-policy-file={audit / 'policy.yaml'}", f"--audit-log-path={audit / 'audit.log'}",
             "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0",
             *kwargs.pop("extra_apiserver_args", ())]

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -84,21 +85,31 @@ def active(bind_request: dict[str, Any]) -> bool:
 
 
 class _Reader:
-    def __init__(self, client: KubeClient, scene: Scene) -> None:
-        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self.requests: list[dict[str, Any]] = []
-        self.configmaps: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-        for ns in scene.namespaces:
-            for pod in client.list_all(pod_path(ns)).get("items") or []:
-                self.pods[(ns, _meta(pod)["name"])] = pod
-            self.requests += client.list_all(bindrequest_path(ns)).get("items") or []
-            self.configmaps += client.list_all(f"/api/v1/namespaces/{ns}/configmaps").get("items") or []
-            self.events += client.list_all(f"/api/v1/namespaces/{ns}/events").get("items") or []
-        self.reservations = client.list_all(pod_path(scene.reservation_namespace)).get("items") or []
+    def __init__(self, pods: Iterable[dict[str, Any]], requests: Iterable[dict[str, Any]],
+                 configmaps: Iterable[dict[str, Any]], events: Iterable[dict[str, Any]],
+                 reservations: Iterable[dict[str, Any]]) -> None:
+        self.pods = {(_meta(pod)["namespace"], _meta(pod)["name"]): pod for pod in pods}
+        self.requests = list(requests)
+        self.configmaps = list(configmaps)
+        self.events = list(events)
+        self.reservations = list(reservations)
         self.by_pod: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         for br in self.requests:
             self.by_pod[(_meta(br)["namespace"], (br.get("spec") or {}).get("podName"))].append(br)
+        # uids of the objects a `Bound` event is about (one pass here, not one per pod)
+        self.bound_event_uids = {(e.get("involvedObject") or {}).get("uid") for e in self.events
+                                 if e.get("reason") == "Bound"}
+
+    @classmethod
+    def read(cls, client: KubeClient, scene: Scene) -> _Reader:
+        pods, requests, configmaps, events = [], [], [], []
+        for ns in scene.namespaces:
+            pods += client.list_all(pod_path(ns)).get("items") or []
+            requests += client.list_all(bindrequest_path(ns)).get("items") or []
+            configmaps += client.list_all(f"/api/v1/namespaces/{ns}/configmaps").get("items") or []
+            events += client.list_all(f"/api/v1/namespaces/{ns}/events").get("items") or []
+        reservations = client.list_all(pod_path(scene.reservation_namespace)).get("items") or []
+        return cls(pods, requests, configmaps, events, reservations)
 
     def reservation_ids(self, node: str, group: str) -> list[str]:
         return [(_meta(r).get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX, "")
@@ -109,7 +120,7 @@ class _Reader:
 
 def check(client: KubeClient, scene: Scene) -> list[str]:
     """Every violation of I1-I7 in `scene`, as one line each."""
-    state = _Reader(client, scene)
+    state = _Reader.read(client, scene)
     violations: list[str] = []
     violations += _bind_outcomes(state, scene)
     violations += _fraction_pods(state)
@@ -120,6 +131,17 @@ def check(client: KubeClient, scene: Scene) -> list[str]:
         violations += _single_writer(audit, scene.replicas, scene.woken)
     violations += _thread_deaths(scene.binder_logs)
     return violations
+
+
+def check_objects(pods: Iterable[dict[str, Any]], requests: Iterable[dict[str, Any]],
+                  configmaps: Iterable[dict[str, Any]] = (), reservations: Iterable[dict[str, Any]] = (),
+                  events: Iterable[dict[str, Any]] = (), require_condition: bool = False) -> list[str]:
+    """I1, I2 and I4 over objects the caller has read (a soak checks each pod this way before it deletes it):
+    `pods` with every BindRequest of theirs, the ConfigMaps of the fraction ones and the reservation pods of
+    their groups. I5 needs the whole reservation namespace, I3 and I6 the audit, I7 the logs: `check()`."""
+    state = _Reader(pods, requests, configmaps, events, reservations)
+    scene = Scene(namespaces=[], reservation_namespace="", require_condition=require_condition)
+    return _bind_outcomes(state, scene) + _fraction_pods(state)
 
 
 def _bind_outcomes(state: _Reader, scene: Scene) -> list[str]:
@@ -146,9 +168,7 @@ def _bind_outcomes(state: _Reader, scene: Scene) -> list[str]:
             out.append(f"I2 false status: {label} has PodBound={condition.get('status')} but nodeName={node!r}")
         if scene.require_condition and node and succeeded and condition is None:
             out.append(f"I2 false status: {label} is bound with a Succeeded BindRequest but has no PodBound condition")
-        bound_events = [e for e in state.events if e.get("reason") == "Bound"
-                        and (e.get("involvedObject") or {}).get("uid") == uid]
-        if bound_events and not node:
+        if uid in state.bound_event_uids and not node:
             out.append(f"I2 false status: {label} has a Bound event but is not bound")
     return out
 
@@ -288,19 +308,25 @@ def _single_writer(audit: list[dict[str, Any]], replicas: dict[str, float],
         else:
             writes.append((event["t_received"], user, f"{event['verb']} {event.get('requestURI')}"))
     renews.sort()
+    every = [t for t, _ in renews]
+    mine_by_user: dict[str, list[float]] = defaultdict(list)
+    for t, u in renews:
+        mine_by_user[u].append(t)
     out = []
-    for when, user, what in writes:
-        mine = [t for t, u in renews if u == user and t <= when]
-        last = mine[-1] if mine else None
+    for when, user, what in writes:  # bisection: a soak has a hundred thousand writes and a thousand renews
+        mine = mine_by_user[user]
+        index = bisect.bisect_right(mine, when)
+        last = mine[index - 1] if index else None
         if last is not None and when <= last + replicas[user] + 1.0:
             continue
-        others = [t for t, u in renews if u != user and (last is None or t > last) and t <= when]
+        # lease writes by the other replicas after `last` and by `when` (none of this one's: `last` is its latest)
+        others = bisect.bisect_right(every, when) - (bisect.bisect_right(every, last) if last is not None else 0)
         if last is None or others:
             if user in on_the_wire and on_the_wire[user] and 0 <= when - (woken or {})[user] <= 1.0:
                 on_the_wire[user] -= 1
                 continue
             out.append(f"I6 write by {user} {when - (last or when):.1f} s after its last lease write "
-                       f"(another replica renewed {len(others)} times since): {what}")
+                       f"(another replica renewed {others} times since): {what}")
     return out
 
 

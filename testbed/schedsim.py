@@ -87,6 +87,12 @@ class SchedulerSimulator(BackgroundPoller):
             self.placed[pod["metadata"]["name"]] = pod["metadata"]["uid"]
         return created
 
+    def forget(self, name: str) -> None:
+        """Stop looking after pod `name` (its workload is done and about to be deleted): without it each pass
+        would read every pod ever placed."""
+        with self._lock:
+            self.placed.pop(name, None)
+
     def poll(self) -> None:
         live_nodes = {n["metadata"]["name"] for n in self.client.get("/api/v1/nodes").get("items") or []}
         requests = self.client.get(bindrequest_path(self.namespace)).get("items") or []

@@ -56,8 +56,16 @@ class Replica:
 class Replicas:
     def __init__(self, plane: ControlPlane, workdir: Path, reservation_namespace: str, lease_namespace: str,
                  count: int = 2, lease: tuple[float, float, float] = PRODUCTION_LEASE,
-                 extra: tuple[str, ...] = (), kubeconfigs: list[Path] | None = None) -> None:
+                 extra: tuple[str, ...] = (), kubeconfigs: list[Path] | None = None,
+                 replica_extra: dict[str, tuple[str, ...]] | None = None, env: dict[str, str] | None = None,
+                 fresh_identity: bool = False) -> None:
+        """`replica_extra`: more flags for one replica (by identity), after `extra`; `env`: more environment;
+        `fresh_identity`: each incarnation elects as `<identity>-<incarnation>`, as a restarted container does in
+        production (hostname_uuid), so it cannot take back at once the lease its killed predecessor held."""
         self.plane = plane
+        self.fresh_identity = fresh_identity
+        self.replica_extra = dict(replica_extra or {})
+        self.env = dict(env or {})
         self.lease = lease
         self.lease_namespace = lease_namespace
         self.argv = ["--resource-reservation-namespace", reservation_namespace,
@@ -93,11 +101,12 @@ class Replicas:
         replica.incarnations += 1
         path = replica.log_dir / f"{replica.identity}.{replica.incarnations}.log"
         replica.logs.append(path)
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         with open(path, "wb") as out:
             replica.popen = subprocess.Popen(
                 [sys.executable, "-m", "binder", "--kubeconfig", str(replica.kubeconfig),
-                 "--identity", replica.identity, *self.argv],
+                 "--identity", self.election_identity(replica), *self.argv,
+                 *self.replica_extra.get(replica.identity, ())],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         log.info("binder replica started", extra={"fields": {"identity": replica.identity,
                                                              "pid": replica.popen.pid,
@@ -117,6 +126,9 @@ class Replicas:
             if replica.popen is not None and replica.popen.poll() is None:
                 replica.popen.kill()
                 replica.popen.wait(10)
+
+    def election_identity(self, replica: Replica) -> str:
+        return f"{replica.identity}-{replica.incarnations}" if self.fresh_identity else replica.identity
 
     # ------------------------------------------------------------------ faults
     def get(self, identity: str) -> Replica:
@@ -148,10 +160,13 @@ class Replicas:
         return {r.identity: self.lease[1] for r in self.replicas}
 
     def holder(self, client: KubeClient) -> str | None:
+        """The replica (its identity, `binder-a`) whose process holds the lease now; None when none does."""
         try:
-            return client.get(lease_path(self.lease_namespace, LEASE))["spec"].get("holderIdentity") or None
+            holder = client.get(lease_path(self.lease_namespace, LEASE))["spec"].get("holderIdentity") or None
         except ApiError:
             return None
+        return next((r.identity for r in self.replicas if r.popen is not None and self.election_identity(r) == holder),
+                    None if self.fresh_identity else holder)
 
 
 @dataclass
