@@ -229,6 +229,10 @@ class BinderApp:
         """Runs once this process may act: start-up GC (never fatal), then the workers, then every
         BindRequest the cache holds (a standby queued nothing; groups are covered by the start-up GC)."""
         self.metrics.leader.set(1)
+        for informer in self.caches.all():
+            # Taking the lease proved the API server answers: informers still backing off from an outage list
+            # and watch now, so the new leader does not work (and wait on reservations) from a blind cache.
+            informer.retry_now()
         if self.settings.leader_elect:
             self.metrics.leader_election.labels(self.settings.leader_election_id).set(1)
         self.working.set()

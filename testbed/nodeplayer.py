@@ -24,6 +24,9 @@ class NodePlayer:
         self.namespace = namespace
         self._paused = False
         self.per_uid = False
+        # Pods that arrived while paused and are still unserved (un-pausing could not list them): a watch only
+        # brings changes, and those pods will not change until served.
+        self._backlog = False
         self.uuids: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -36,10 +39,11 @@ class NodePlayer:
     def paused(self, value: bool) -> None:
         self._paused = value
         if not value:
+            self._backlog = False
             try:
                 self._serve_all()
             except ApiError:
-                pass  # the watch loop serves them once the API server answers again
+                self._backlog = True  # the watch loop serves them once the API server answers again
 
     def start(self) -> None:
         self._thread.start()
@@ -52,8 +56,10 @@ class NodePlayer:
 
     def _serve(self, pod: dict) -> None:
         meta = pod["metadata"]
-        if self._paused or (meta.get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) \
-                or meta.get("deletionTimestamp"):
+        # Running (or finished, e.g. evicted by a test) means served; a GPU id on a pod still Pending means the
+        # status write failed, and the pass is repeated (the same id again).
+        served = (pod.get("status") or {}).get("phase") not in (None, "", "Pending")
+        if self._paused or served or meta.get("deletionTimestamp"):
             return
         try:
             self.client.patch(pod_path(self.namespace, meta["name"]),
@@ -61,7 +67,7 @@ class NodePlayer:
                                   f"{meta['name']}/{meta.get('uid')}" if self.per_uid else meta["name"])}}})
             self.client.patch(pod_path(self.namespace, meta["name"], "status"), {"status": {"phase": "Running"}})
         except ApiError:
-            pass
+            self._backlog = True  # served again with the next full pass
 
     def _serve_all(self) -> str:
         """Serve every pod there is now; returns the list's resourceVersion to watch from."""
@@ -74,6 +80,9 @@ class NodePlayer:
         version = ""
         while not self._stop.is_set():
             try:
+                if self._backlog and not self._paused:
+                    self._backlog = False
+                    version = self._serve_all()
                 version = version or self._serve_all()
                 # Short watches: a stopped player's stream ends within seconds.
                 params = {"resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "5"}

@@ -75,6 +75,7 @@ class Informer:
         self._handlers: list[EventHandlers] = []
         self._synced = threading.Event()
         self._stop = threading.Event()
+        self._wakeup = threading.Event()  # cuts a backoff short: stop(), or retry_now()
         self._thread: threading.Thread | None = None
         self._watch = None
         self.resource_version = ""
@@ -146,12 +147,23 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wakeup.set()
         watch = self._watch
         if watch is not None:
             try:
                 watch.close()
             except Exception:  # noqa: BLE001 - closing a generator from another thread may race
                 pass
+
+    def retry_now(self) -> None:
+        """The API server answers again (a lease request just succeeded): end a backoff now. After a long outage
+        the backoff reaches tens of seconds, and a replica that takes the lease meanwhile would work from a cache
+        that sees nothing, its reservation waits included."""
+        self._wakeup.set()
+
+    def _pause(self, seconds: float) -> None:
+        if self._wakeup.wait(seconds) and not self._stop.is_set():
+            self._wakeup.clear()
 
     # ------------------------------------------------------------------ store maintenance
     def _put(self, key: str, obj: dict) -> dict | None:
@@ -303,7 +315,7 @@ class Informer:
                 need_list = not self._watch_once()
                 suspect = self.quiet
                 if need_list:
-                    self._stop.wait(backoff.next())
+                    self._pause(backoff.next())
             except ApiError as error:
                 if self._stop.is_set():
                     return
@@ -318,7 +330,7 @@ class Informer:
                 log.warning("informer %s: %s; %s in %.1fs", self.name, self.problem,
                             "re-listing" if need_list else "watching again", wait,
                             extra={"fields": {"informer": self.name, "verb": verb, "code": error.status}})
-                self._stop.wait(wait)
+                self._pause(wait)
             except Exception as error:  # noqa: BLE001 - keep the cache alive whatever happens
                 if self._stop.is_set():
                     return
@@ -326,7 +338,7 @@ class Informer:
                 wait = backoff.next()
                 log.exception("informer %s: unexpected failure; re-listing in %.1fs", self.name, wait)
                 need_list = True
-                self._stop.wait(wait)
+                self._pause(wait)
 
 
 # ---------------------------------------------------------------------- slimming and indexes

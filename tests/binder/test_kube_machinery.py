@@ -265,7 +265,7 @@ def test_a_silent_watch_from_a_version_the_server_has_not_reached_re_lists(curre
 
 
 class RecordingStop:
-    """Stands in for the informer's stop event: records each wait, stops after `waits` of them."""
+    """Stands in for the informer's stop and wake-up events: records each wait, stops after `waits` of them."""
 
     def __init__(self, waits: int) -> None:
         self.limit = waits
@@ -280,6 +280,9 @@ class RecordingStop:
 
     def set(self) -> None:
         self.limit = 0
+
+    def clear(self) -> None:
+        pass
 
 
 def test_watch_failures_minutes_apart_each_wait_the_initial_backoff_not_a_doubled_one():
@@ -299,7 +302,7 @@ def test_watch_failures_minutes_apart_each_wait_the_initial_backoff_not_a_double
 
     informer = Informer(FailsAfterHealthySpells(), "/api/v1/pods", "pods")
     informer.clock = lambda: now[0]
-    informer._stop = RecordingStop(waits=5)
+    informer._stop = informer._wakeup = RecordingStop(waits=5)
     informer._run()
     assert informer._stop.waits == [0.2] * 5  # the old informer waited 0.2, 0.4, 0.8, 1.6, 3.2
 
@@ -321,7 +324,7 @@ def test_consecutive_failures_back_off_exponentially_and_410s_are_not_a_hot_loop
     client = AlwaysGone()
     informer = Informer(client, "/api/v1/pods", "pods")
     informer.clock = lambda: 0.0
-    informer._stop = RecordingStop(waits=4)
+    informer._stop = informer._wakeup = RecordingStop(waits=4)
     informer._run()
     assert informer._stop.waits == [0.2, 0.4, 0.8, 1.6] and client.lists == 4
 
@@ -352,3 +355,28 @@ def test_a_relist_holds_one_raw_page_at_a_time_not_the_whole_raw_list():
     assert len(informer) == 3000
     # Measured: 18.1 MB holding every raw page, 5.2 MB slimming each page as it arrives.
     assert peak < 7_000_000, peak
+
+
+def test_retry_now_ends_a_long_backoff_at_once():
+    class Down:
+        def __init__(self):
+            self.lists = 0
+
+        def list_all(self, path, params=None, **_):
+            self.lists += 1
+            raise TransportError("GET", path, ConnectionRefusedError("refused"))
+
+    client = Down()
+    informer = Informer(client, "/api/v1/pods", "pods", max_backoff_s=60)
+    informer.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.lists < 5 and time.monotonic() < deadline:  # 0.2 + 0.4 + 0.8 + 1.6: the next wait is 3.2 s
+            time.sleep(0.02)
+        time.sleep(0.1)
+        before = client.lists
+        informer.retry_now()  # e.g. the lease was just taken: the API server answers again
+        time.sleep(0.5)
+        assert client.lists == before + 1
+    finally:
+        informer.stop()
