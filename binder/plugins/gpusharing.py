@@ -104,10 +104,6 @@ class GpuSharingPlugin:
     @staticmethod
     def _fraction_pod(ctx: BindContext) -> tuple[str, Any, str]:
         """The portion, the fraction container and its capabilities ConfigMap name, or a BindError."""
-        problem = portion_problem(ctx.spec.get("receivedGPU")) or device_count_problem(
-            ctx.pod, ctx.spec.get("selectedGPUGroups") or [])
-        if problem:
-            raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
         try:
             ref = fraction_container_ref(ctx.pod)
         except FractionContainerNotFound as error:
@@ -117,6 +113,11 @@ class GpuSharingPlugin:
         except Exception as error:
             raise BindError("failed to create capabilities configmap: failed to get capabilities configmap "
                             f"name: {error}") from error
+        # Our own checks come after the reference's, so a request the reference refuses keeps its message.
+        problem = portion_problem(ctx.spec.get("receivedGPU")) or device_count_problem(
+            ctx.pod, ctx.spec.get("selectedGPUGroups") or [])
+        if problem:
+            raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
         return ctx.spec["receivedGPU"]["portion"], ref, capabilities
 
     def prebind(self, ctx: BindContext) -> None:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 from binder.plugins.base import BindError
 from binder.plugins.gpusharing import GpuSharingPlugin
 from binder.plugins.hamicore import HamiCorePlugin
+from common import names
 from common.kube.client import configmap_path, pod_path
 
 pytestmark = pytest.mark.apiserver
@@ -21,8 +22,11 @@ def owner_of(pod):
     return [{"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}]
 
 
+TWO_DEVICES = {names.GPU_FRACTION_NUM_DEVICES: "2"}
+
+
 def test_prebind_creates_both_configmaps_owned_by_the_pod(api, namespace):
-    pod = create_pod(api, namespace, fraction_pod_body("p1"))
+    pod = create_pod(api, namespace, fraction_pod_body("p1", annotations=TWO_DEVICES))
     GpuSharingPlugin(cdi_enabled=False).prebind(fraction_context(api, pod, gpu_ids=["GPU-bbb", "GPU-aaa"]))
     cap = get_configmap(api, namespace, CAP)
     assert cap["data"] == {"NVIDIA_VISIBLE_DEVICES": "GPU-bbb,GPU-aaa", "GPU_PORTION": "0.50",
@@ -34,7 +38,7 @@ def test_prebind_creates_both_configmaps_owned_by_the_pod(api, namespace):
 
 
 def test_cdi_mode_writes_cdi_device_names(api, namespace):
-    pod = create_pod(api, namespace, fraction_pod_body("p1"))
+    pod = create_pod(api, namespace, fraction_pod_body("p1", annotations=TWO_DEVICES))
     GpuSharingPlugin(cdi_enabled=True).prebind(fraction_context(api, pod, gpu_ids=["GPU-aaa", "GPU-bbb"]))
     assert get_configmap(api, namespace, CAP)["data"]["NVIDIA_VISIBLE_DEVICES"] == (
         "k8s.device-plugin.nvidia.com/gpu=GPU-aaa,k8s.device-plugin.nvidia.com/gpu=GPU-bbb")
@@ -122,7 +126,7 @@ def test_rollback_never_deletes_the_configmaps_of_a_bound_pod(api, namespace):
 
 
 def test_hamicore_writes_the_truncated_limit_per_device(api, namespace):
-    pod = create_pod(api, namespace, fraction_pod_body("p1"))
+    pod = create_pod(api, namespace, fraction_pod_body("p1", annotations=TWO_DEVICES))
     ctx = fraction_context(api, pod, portion="0.27", gpu_ids=["GPU-a", "GPU-b"],
                            node_labels={"nvidia.com/gpu.memory": "15360"})
     GpuSharingPlugin(cdi_enabled=False).prebind(ctx)
