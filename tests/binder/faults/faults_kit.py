@@ -187,6 +187,14 @@ class World:
                      since=self.started, **kwargs)  # type: ignore[arg-type]
 
 
+def live_reservations(world: World, group: str | None = None) -> list[dict]:
+    """Reservation pods that still hold a GPU (not finished, not being deleted); of one GPU group when given."""
+    params = {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"} if group else None
+    return [p for p in world.client.get(pod_path(world.reservation_namespace), params).get("items") or []
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")]
+
+
 def terminal(bind_request: dict[str, Any]) -> bool:
     return (bind_request.get("status") or {}).get("phase") in (names.PHASE_SUCCEEDED, names.PHASE_FAILED)
 

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
+from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import bindrequest_path, pod_path
 from testbed.crashproxy import CrashProxy
@@ -123,8 +123,3 @@ def test_bind_request_replaced_with_other_groups_on_another_node_while_the_binde
         proxy.stop()
     assert violations(world.client, world.plane, world.scene(binder_logs=replicas.logs)) == []
 
-
-def live_reservations(world: World) -> list[dict]:
-    return [p for p in world.client.get(pod_path(world.reservation_namespace)).get("items") or []
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]

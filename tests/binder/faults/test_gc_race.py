@@ -23,7 +23,7 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations
+from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations
 
 from common import names
 from common.kube.client import ApiError, bindrequest_path, configmap_path, pod_path
@@ -35,13 +35,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 ROUNDS_S = 60.0
 MAX_ROUNDS = 100
 OFFSET_S = 0.04
-
-
-def live_reservations(world: World, group: str) -> list[dict]:
-    return [p for p in world.client.get(pod_path(world.reservation_namespace),
-                                        {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"}).get("items") or []
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]
 
 
 def check_gpu(world: World, pod: str, group: str) -> str:

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
+from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import pod_path
 from testbed.flakyproxy import FlakyProxy
@@ -28,12 +28,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 
 FLAKY_FOR_S = 10.0
 REPORT_MAX_BACKOFF_S = 10.0  # binder/reporter.py's max_delay_s
-
-
-def live_reservations(world: World) -> list[dict]:
-    return [p for p in world.client.get(pod_path(world.reservation_namespace)).get("items") or []
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]
 
 
 @pytest.mark.parametrize("world", [2], indirect=True)

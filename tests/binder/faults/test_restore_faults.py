@@ -18,19 +18,13 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
+from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import configmap_path, pod_path
 from testbed.faults_cp import ControlPlaneFaults
 from testbed.kube import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
-
-
-def live_reservations(world: World) -> list[dict]:
-    return [p for p in world.client.get(pod_path(world.reservation_namespace)).get("items") or []
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]
 
 
 def resource_version(world: World) -> int:
