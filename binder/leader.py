@@ -13,12 +13,19 @@ write of the process (common/kube/fencing.py). Nothing the lease client raises c
 thread: any error is a failed try, and leadership that cannot be renewed in time is given up
 (`on_stopped`, after which the binder exits). `healthy()` is the liveness check (client-go's
 HealthzAdaptor): it fails when the thread died or a leader is past its renew deadline without noticing.
+
+A slow apiserver must not cost the lease. A leader renews with one PUT of the Lease it last wrote (client-go's
+optimistic fast path; the GET comes only when that PUT is refused), and a renew that has not answered after a
+third of the renew deadline is hedged: another try starts beside it, up to MAX_TRIES_IN_FLIGHT, so one write the apiserver (or
+a proxy, or a dead connection) holds for 25 s does not use up the renew deadline. Tries carry the resourceVersion
+they read, so of several in flight at most one can commit; a late one is refused with a conflict.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +36,8 @@ from common.kube.client import ApiError, KubeClient
 from common.kube.fencing import WriteGuard
 
 log = logging.getLogger("binder.leader")
+
+MAX_TRIES_IN_FLIGHT = 3
 
 
 def lease_path(namespace: str, name: str | None = None) -> str:
@@ -78,6 +87,8 @@ class LeaderElector:
         self._stop = threading.Event()
         self._observed_record: tuple | None = None
         self._observed_at = 0.0
+        self._record_lock = threading.Lock()  # hedged tries share the observed record and the last write
+        self._last_written: dict[str, Any] | None = None  # the Lease as our last successful write left it
         self._thread: threading.Thread | None = None
         # time.monotonic() until which the lease is surely ours; None while not leading.
         self.valid_until: float | None = None
@@ -103,8 +114,29 @@ class LeaderElector:
         timeout = None if deadline is None else max(0.05, deadline - time.monotonic())
         return self.client.request(method, path, body=body, timeout=timeout) or {}
 
+    def _wrote(self, answer: dict[str, Any]) -> None:
+        with self._record_lock:
+            self._last_written = answer if answer.get("metadata") else None
+
+    def _renew_optimistically(self, deadline: float | None) -> bool:
+        """The leader's fast path: one PUT of the Lease it last wrote. False when there is none or it is refused."""
+        with self._record_lock:
+            last = self._last_written
+        if last is None or not self.leading.is_set():
+            return False
+        spec = last.get("spec") or {}
+        try:
+            body = self._body(last, spec.get("leaseTransitions") or 0, False)
+            self._wrote(self._call("PUT", lease_path(self.namespace, self.name), deadline, body))
+            return True
+        except ApiError as error:
+            log.info("optimistic lease renew refused, reading the lease: %s", error)
+            return False
+
     def try_acquire_or_renew(self, deadline: float | None = None) -> bool:
-        """One try (GET, then POST or PUT); every call ends by `deadline` when one is given."""
+        """One try (the leader's one PUT; or GET, then POST or PUT); every call ends by `deadline` when given."""
+        if self._renew_optimistically(deadline):
+            return True
         try:
             lease = self._call("GET", lease_path(self.namespace, self.name), deadline)
         except ApiError as error:
@@ -112,23 +144,25 @@ class LeaderElector:
                 log.warning("could not read lease %s/%s: %s", self.namespace, self.name, error)
                 return False
             try:
-                self._call("POST", lease_path(self.namespace), deadline, self._body(None, 0, True))
+                self._wrote(self._call("POST", lease_path(self.namespace), deadline, self._body(None, 0, True)))
                 return True
             except ApiError as create_error:
                 log.warning("could not create lease %s/%s: %s", self.namespace, self.name, create_error)
                 return False
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
-        if record != self._observed_record:
-            self._observed_record, self._observed_at = record, time.monotonic()
-        verdict = decide(spec, self.identity, time.monotonic() - self._observed_at)
+        with self._record_lock:
+            if record != self._observed_record:
+                self._observed_record, self._observed_at = record, time.monotonic()
+            observed_for = time.monotonic() - self._observed_at
+        verdict = decide(spec, self.identity, observed_for)
         if not verdict.take:
             self.leader_seen_at = time.monotonic()  # another replica holds a live lease
             return False
         acquiring = spec.get("holderIdentity") != self.identity
         try:
             body = self._body(lease, verdict.transitions, acquiring)
-            self._call("PUT", lease_path(self.namespace, self.name), deadline, body)
+            self._wrote(self._call("PUT", lease_path(self.namespace, self.name), deadline, body))
             return True
         except ApiError as error:
             log.info("could not update lease: %s", error)
@@ -176,13 +210,42 @@ class LeaderElector:
         if self.on_started:
             self.on_started()
         while not self._stop.wait(min(self.retry_period, max(0.0, self._remaining()))):
-            started = time.monotonic()
-            assert self.valid_until is not None
-            if started < self.valid_until and self._try(self.valid_until):
+            started = self._renew()
+            if started is not None:
                 self._renewed(started)
-            elif time.monotonic() >= self.valid_until:
+            elif not self._stop.is_set():
                 self._give_up(f"leader lease lost: not renewed within {self.renew_deadline:.1f}s")
                 return
+
+    def _renew(self) -> float | None:
+        """When the first try that renewed the lease started; None at the renew deadline (or on stop).
+
+        Until one succeeds a try starts every third of the renew deadline (at least a retry period: a slow but
+        working apiserver answers before the next one starts), at most MAX_TRIES_IN_FLIGHT unanswered, each
+        bounded by the renew deadline: a try held up by the apiserver is overtaken by the next one."""
+        until = self.valid_until
+        if until is None:
+            return None
+        answers: queue.Queue[tuple[float, bool]] = queue.Queue()
+        in_flight = 0
+        next_start = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= until:
+                return None
+            if now >= next_start and in_flight < MAX_TRIES_IN_FLIGHT:
+                threading.Thread(target=lambda at=now: answers.put((at, self._try(until))),
+                                 name="lease-renew", daemon=True).start()
+                in_flight += 1
+                next_start = now + max(self.retry_period, self.renew_deadline / 3)
+            try:
+                started, renewed = answers.get(timeout=max(0.01, min(next_start, until) - time.monotonic()))
+            except queue.Empty:
+                continue
+            in_flight -= 1
+            if renewed:
+                return started
+        return None
 
     def _remaining(self) -> float:
         until = self.valid_until

@@ -2,8 +2,10 @@
 
 `FlakyProxy` is testbed/faultproxy.py's `HttpFaultProxy` plus `flake(method, path, share, status, headers)`: each
 matching request is answered `status` (without being forwarded) with probability `share`, from a seeded random
-stream; everything else is forwarded. `clear()` removes the flakes with the rules. Used for API Priority and
-Fairness storms (429 with Retry-After) and overloaded apiservers (503).
+stream; everything else is forwarded. `slow(method, path, share, seconds)` holds a share of them, then forwards
+them. Flakes are tried in the order they were added, the first that fires wins. `clear()` removes the flakes with
+the rules. Used for API Priority and Fairness storms (429 with Retry-After), overloaded apiservers (503) and slow
+ones.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ class _Flake:
     path: re.Pattern[str]
     share: float
     answer: Rule
+    every: int = 0  # fire on each every-th match instead of at random
+    matched: int = 0
+    fired: int = 0
+
+    def fires(self, draw: float) -> bool:
+        self.matched += 1
+        return self.matched % self.every == 0 if self.every else draw < self.share
 
 
 class FlakyProxy(HttpFaultProxy):
@@ -40,6 +49,13 @@ class FlakyProxy(HttpFaultProxy):
         with self._lock:
             self.flakes.append(_Flake(re.compile(method), re.compile(path), share, answer))
 
+    def slow(self, method: str, path: str, share: float, seconds: float, every: int = 0) -> None:
+        """Hold a `share` (0-1) of the matching requests `seconds`, then forward them (a slow apiserver);
+        with `every`, hold exactly each `every`-th matching request instead."""
+        held = Rule(method, re.compile(path), "delay", delay_s=seconds, times=None)
+        with self._lock:
+            self.flakes.append(_Flake(re.compile(method), re.compile(path), share, held, every=every))
+
     def clear(self) -> None:
         super().clear()
         with self._lock:
@@ -51,7 +67,8 @@ class FlakyProxy(HttpFaultProxy):
             return rule
         with self._lock:
             for flake in self.flakes:
-                if flake.method.fullmatch(method) and flake.path.search(path) and self.random.random() < flake.share:
+                if flake.method.fullmatch(method) and flake.path.search(path) and flake.fires(self.random.random()):
                     self.injected += 1
+                    flake.fired += 1
                     return flake.answer
         return None

@@ -25,10 +25,16 @@ class FakeLeaseClient:
         self.fail_calls = fail_calls
         self.error = error or OSError("token file vanished")
         self.last_success = 0.0
+        self.hang_calls: set[int] = set()  # these calls are held until the caller's timeout, then fail
+        self.methods: list[str] = []
 
     def request(self, method: str, path: str, *, body: dict | None = None, timeout: float | None = None,
                 **_: object) -> dict:
         self.calls += 1
+        self.methods.append(method)
+        if self.calls in self.hang_calls:
+            time.sleep(30 if timeout is None else timeout)
+            raise ApiError(0, "Timeout", f"{method} {path}: held by the apiserver past the client timeout")
         if self.fail_from_call is not None and self.calls >= self.fail_from_call and (
                 self.fail_calls is None or self.calls < self.fail_from_call + self.fail_calls):
             raise self.error
@@ -91,8 +97,8 @@ def test_a_wedged_elector_fails_liveness_once_past_its_renew_deadline():
     wedge = threading.Event()
     try:
         assert candidate.healthy() == (True, "ok")
-        # Simulate a renew that never returns (a hung call no timeout covers, a bug, a stuck hook).
-        candidate.try_acquire_or_renew = lambda *args, **kwargs: wedge.wait()  # type: ignore[method-assign]
+        # Simulate a renew loop that never returns (a bug, a stuck hook): hung calls alone are hedged.
+        candidate._renew = lambda: (wedge.wait(), None)[1]  # type: ignore[method-assign]
         time.sleep(RENEW + RETRY * 3)
         ok, why = candidate.healthy()
         assert not ok and "renew deadline" in why
@@ -120,3 +126,30 @@ def test_writes_are_fenced_once_the_lease_is_not_surely_held():
     assert guard.allows_writes()
     now[0] = 105.0
     assert not guard.allows_writes()
+
+
+def test_the_leader_renews_with_one_put_and_no_read():
+    client = FakeLeaseClient()
+    candidate, stopped = elector(client)
+    try:
+        first = len(client.methods)
+        time.sleep(RENEW * 1.5)
+        renews = client.methods[first:]
+        assert len(renews) >= 5 and set(renews) == {"PUT"}, renews
+        assert not stopped.is_set()
+    finally:
+        candidate.stop(release=False)
+
+
+def test_a_renew_the_apiserver_holds_is_overtaken_and_the_lease_is_kept():
+    """S18 in small: one renew is held past the renew deadline; the next try, started beside it, renews."""
+    client = FakeLeaseClient()
+    candidate, stopped = elector(client)
+    try:
+        client.hang_calls = {client.calls + 1, client.calls + 2}
+        time.sleep(RENEW * 3)
+        assert not stopped.is_set() and candidate.leading.is_set(), "a held renew cost the lease"
+        assert time.monotonic() - client.last_success < RENEW
+        assert candidate.healthy() == (True, "ok")
+    finally:
+        candidate.stop(release=False)
