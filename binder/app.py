@@ -24,7 +24,8 @@ from binder.pipeline import Pipeline
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
 from common import names
-from common.kube.cache import INDEX_GPU_GROUP, Caches, EventHandlers, object_key, pod_gpu_group_index
+from common.kube.cache import EventHandlers, object_key
+from common.kube.caches import INDEX_GPU_GROUP, Caches, pod_gpu_group_index
 from common.kube.client import KubeClient
 from common.kube.sync import unsynced_reason
 from common.kube.workqueue import ExponentialBackoff, WorkQueue

@@ -19,7 +19,7 @@ from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
-from common.kube.cache import Caches
+from common.kube.caches import Caches
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 
 log = logging.getLogger("binder.controller")

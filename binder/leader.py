@@ -16,9 +16,9 @@ HealthzAdaptor): it fails when the thread died or a leader is past its renew dea
 
 A slow apiserver must not cost the lease. A leader renews with one PUT of the Lease it last wrote (client-go's
 optimistic fast path; the GET comes only when that PUT is refused), and a renew that has not answered after a
-third of the renew deadline is hedged: another try starts beside it, up to MAX_TRIES_IN_FLIGHT, so one write the apiserver (or
-a proxy, or a dead connection) holds for 25 s does not use up the renew deadline. Tries carry the resourceVersion
-they read, so of several in flight at most one can commit; a late one is refused with a conflict.
+third of the renew deadline is hedged: another try starts beside it, up to MAX_TRIES_IN_FLIGHT, so one write
+the apiserver (or a proxy, or a dead connection) holds for 25 s does not use up the renew deadline. Tries carry
+the resourceVersion they read, so of several in flight at most one can commit; a late one gets a conflict.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 
 from common import names
 from common.buildinfo import BuildInfoCollector
-from common.kube.cache import EventHandlers, Informer, object_key, slim_generic, slim_meta
+from common.kube.cache import EventHandlers, Informer, object_key
+from common.kube.caches import slim_generic, slim_meta
 from common.kube.client import KubeClient, bindrequest_path, pod_path
 from common.kube.sync import unsynced_reason
 from common.probes import HttpEndpoint, health_routes, metrics_routes

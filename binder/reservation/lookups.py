@@ -15,7 +15,7 @@ from common import names
 from common.kube.client import bindrequest_path, pod_path
 
 if TYPE_CHECKING:
-    from common.kube.cache import Caches
+    from common.kube.caches import Caches
     from common.kube.client import KubeClient
 
 Obj = dict[str, Any]
@@ -136,12 +136,12 @@ class CacheReads:
                 self._waiting[namespace] -= 1
 
     def pods_of_group(self, group: str) -> list[Obj]:
-        from common.kube.cache import INDEX_GPU_GROUP
+        from common.kube.caches import INDEX_GPU_GROUP
 
         return [pod for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group) if belongs_to_group(pod, group)]
 
     def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
-        from common.kube.cache import INDEX_NODE
+        from common.kube.caches import INDEX_NODE
 
         return [pod for pod in self.caches.pods.by_index(INDEX_NODE, node_name) if has_group_label(pod)]
 
@@ -152,6 +152,6 @@ class CacheReads:
         return self.caches.pods.list(namespace)
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
-        from common.kube.cache import INDEX_GPU_GROUP
+        from common.kube.caches import INDEX_GPU_GROUP
 
         return self.caches.bindrequests.by_index(INDEX_GPU_GROUP, group)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from common.kube.cache import Informer, pod_gpu_group_index, pod_node_index, slim_node, slim_pod
+from common.kube.cache import Informer
+from common.kube.caches import pod_gpu_group_index, pod_node_index, slim_node, slim_pod
 from common.kube.client import ApiError, TokenBucket, TransportError
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
 

@@ -297,7 +297,7 @@ def test_with_the_informers_a_shared_gpu_costs_one_list_and_no_watch_of_its_own(
     """The first pod of a group lists, creates and waits on the pod informer; the pods that join it read
     the reservation pod's GPU id from the informer (no API read at all)."""
     from binder.reservation.lookups import CacheReads
-    from common.kube.cache import Caches
+    from common.kube.caches import Caches
 
     caches = Caches.build(api)
     caches.start()
