@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from binder.leader import lease_path
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from testbed.controlplane import ControlPlane
+from testbed.controlplane import ControlPlane, service_account_username
+from testbed.faultproxy import HttpFaultProxy
 from testbed.faults_cp import read_audit
 from testbed.invariants import Scene, check
 from testbed.kube import WaitTimeout, wait_for
@@ -40,6 +41,7 @@ BINDER_SERVICE_ACCOUNTS = (("fracgpu-system", "binder-a"), ("fracgpu-system", "b
 LEASE = "2ad35f9c.kai.scheduler"
 PRODUCTION_LEASE = (15.0, 10.0, 2.0)  # duration, renew deadline, retry period
 log = logging.getLogger("faults")
+P = TypeVar("P", bound=HttpFaultProxy)
 
 
 @dataclass
@@ -185,6 +187,28 @@ class World:
     def scene(self, **kwargs: object) -> Scene:
         return Scene(namespaces=[self.namespace], reservation_namespace=self.reservation_namespace,
                      since=self.started, **kwargs)  # type: ignore[arg-type]
+
+
+def replicas_behind_proxies(world: World, make_proxy: Callable[[str, int], P],
+                            extra: tuple[str, ...] = ()) -> tuple[dict[str, P], Replicas]:
+    """Two started replicas, each reaching the apiserver through its own HTTP fault proxy as its own service
+    account, so the audit log names the replica behind every write. `make_proxy(token, index)` starts one."""
+    proxies: dict[str, P] = {}
+    for index, (namespace, identity) in enumerate(BINDER_SERVICE_ACCOUNTS):
+        token = world.plane.service_account(namespace, identity).token
+        assert token is not None
+        proxies[identity] = make_proxy(token, index)
+    kubeconfigs = [proxy.write_kubeconfig(world.workdir / f"{identity}.proxy.kubeconfig")
+                   for identity, proxy in proxies.items()]
+    replicas = Replicas(world.plane, world.workdir, world.reservation_namespace, world.lease_namespace, count=2,
+                        kubeconfigs=kubeconfigs,
+                        extra=("--apiserver-request-timeout", str(APISERVER_REQUEST_TIMEOUT), *extra)).start()
+    return proxies, replicas
+
+
+def service_account_replicas(replicas: Replicas) -> dict[str, float]:
+    """The audit-log users of replicas_behind_proxies, with their renew deadline, for the checker's I6."""
+    return {service_account_username(ns, identity): replicas.lease[1] for ns, identity in BINDER_SERVICE_ACCOUNTS}
 
 
 def live_reservations(world: World, group: str | None = None) -> list[dict]:

@@ -13,9 +13,8 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import APISERVER_REQUEST_TIMEOUT, BINDER_SERVICE_ACCOUNTS, Replicas, World, violations, wait_all_bound
+from faults_kit import World, replicas_behind_proxies, service_account_replicas, violations, wait_all_bound
 
-from testbed.controlplane import service_account_username
 from testbed.faultproxy import HttpFaultProxy
 from testbed.kube import wait_for
 
@@ -24,16 +23,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 
 @pytest.mark.parametrize("world", [2], indirect=True)
 def test_a_leader_cut_off_from_its_lease_stops_writing_and_the_standby_takes_over(world: World) -> None:
-    proxies = {}
-    for namespace, identity in BINDER_SERVICE_ACCOUNTS:
-        token = world.plane.service_account(namespace, identity).token
-        assert token is not None
-        proxies[identity] = HttpFaultProxy(world.plane.url, world.plane.ca_file, token).start()
-    kubeconfigs = [proxy.write_kubeconfig(world.workdir / f"{identity}.proxy.kubeconfig")
-                   for identity, proxy in proxies.items()]
-    replicas = Replicas(world.plane, world.workdir, world.reservation_namespace, world.lease_namespace, count=2,
-                        kubeconfigs=kubeconfigs,
-                        extra=("--apiserver-request-timeout", str(APISERVER_REQUEST_TIMEOUT))).start()
+    proxies, replicas = replicas_behind_proxies(
+        world, lambda token, _: HttpFaultProxy(world.plane.url, world.plane.ca_file, token).start())
     pods: list[str] = []
     cut = time.monotonic()
     try:
@@ -57,5 +48,5 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_and_the_standby_takes_ove
         replicas.stop()
         for proxy in proxies.values():
             proxy.stop()
-    users = {service_account_username(ns, identity): replicas.lease[1] for ns, identity in BINDER_SERVICE_ACCOUNTS}
+    users = service_account_replicas(replicas)
     assert violations(world.client, world.plane, world.scene(replicas=users, binder_logs=replicas.logs)) == []

@@ -17,18 +17,9 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import (
-    APISERVER_REQUEST_TIMEOUT,
-    BINDER_SERVICE_ACCOUNTS,
-    LEASE,
-    Replicas,
-    World,
-    violations,
-    wait_all_bound,
-)
+from faults_kit import LEASE, World, replicas_behind_proxies, service_account_replicas, violations, wait_all_bound
 
 from binder.leader import lease_path
-from testbed.controlplane import service_account_username
 from testbed.flakyproxy import FlakyProxy
 from testbed.kube import wait_for
 
@@ -47,22 +38,16 @@ def lease_transitions(world: World) -> int:
 
 @pytest.mark.parametrize("world", [2], indirect=True)
 def test_a_slow_apiserver_costs_no_lease_and_no_bind(world: World) -> None:
-    proxies: dict[str, FlakyProxy] = {}
-    for seed, (namespace, identity) in enumerate(BINDER_SERVICE_ACCOUNTS):
-        token = world.plane.service_account(namespace, identity).token
-        assert token is not None
-        proxy = FlakyProxy(world.plane.url, world.plane.ca_file, token, seed=world.sim.seed + seed).start()
+    def slow_proxy(token: str, index: int) -> FlakyProxy:
+        proxy = FlakyProxy(world.plane.url, world.plane.ca_file, token, seed=world.sim.seed + index).start()
         # Every 10th lease write is held (never two in a row: nothing renews through that in 10 s when each
         # request takes 2 s), and a random 5 % of the other writes.
         proxy.slow("PUT", "/leases/", 0.0, HELD_S, every=LEASE_WRITE_HELD_EVERY)
         proxy.slow(WRITES, "^(?!.*/leases/)", HELD_SHARE, HELD_S)
         proxy.slow("[A-Z]+", ".", 1.0, LATENCY_S)
-        proxies[identity] = proxy
-    kubeconfigs = [proxy.write_kubeconfig(world.workdir / f"{identity}.proxy.kubeconfig")
-                   for identity, proxy in proxies.items()]
-    replicas = Replicas(world.plane, world.workdir, world.reservation_namespace, world.lease_namespace, count=2,
-                        kubeconfigs=kubeconfigs,
-                        extra=("--apiserver-request-timeout", str(APISERVER_REQUEST_TIMEOUT))).start()
+        return proxy
+
+    proxies, replicas = replicas_behind_proxies(world, slow_proxy)
     pods: list[str] = []
     try:
         leader = wait_for("a leader", lambda: replicas.holder(world.client), timeout=90)
@@ -90,5 +75,5 @@ def test_a_slow_apiserver_costs_no_lease_and_no_bind(world: World) -> None:
         replicas.stop()
         for proxy in proxies.values():
             proxy.stop()
-    users = {service_account_username(ns, identity): replicas.lease[1] for ns, identity in BINDER_SERVICE_ACCOUNTS}
+    users = service_account_replicas(replicas)
     assert violations(world.client, world.plane, world.scene(replicas=users, binder_logs=replicas.logs)) == []
