@@ -206,9 +206,16 @@ def replicas_behind_proxies(world: World, make_proxy: Callable[[str, int], P],
     return proxies, replicas
 
 
-def service_account_replicas(replicas: Replicas) -> dict[str, float]:
-    """The audit-log users of replicas_behind_proxies, with their renew deadline, for the checker's I6."""
-    return {service_account_username(ns, identity): replicas.lease[1] for ns, identity in BINDER_SERVICE_ACCOUNTS}
+def stop_behind_proxies(proxies: dict[str, P], replicas: Replicas) -> None:
+    replicas.stop()
+    for proxy in proxies.values():
+        proxy.stop()
+
+
+def violations_behind_proxies(world: World, replicas: Replicas) -> list[str]:
+    """The checker, told the replicas' audit-log users (their service accounts) and renew deadline for I6."""
+    users = {service_account_username(ns, identity): replicas.lease[1] for ns, identity in BINDER_SERVICE_ACCOUNTS}
+    return violations(world.client, world.plane, world.scene(replicas=users, binder_logs=replicas.logs))
 
 
 def live_reservations(world: World, group: str | None = None) -> list[dict]:

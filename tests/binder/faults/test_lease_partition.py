@@ -13,7 +13,7 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import World, replicas_behind_proxies, service_account_replicas, violations, wait_all_bound
+from faults_kit import World, replicas_behind_proxies, stop_behind_proxies, violations_behind_proxies, wait_all_bound
 
 from testbed.faultproxy import HttpFaultProxy
 from testbed.kube import wait_for
@@ -45,8 +45,5 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_and_the_standby_takes_ove
               f"{time.monotonic() - cut:.1f} s after the cut; incarnations "
               f"{[r.incarnations for r in replicas.replicas]}")
     finally:
-        replicas.stop()
-        for proxy in proxies.values():
-            proxy.stop()
-    users = service_account_replicas(replicas)
-    assert violations(world.client, world.plane, world.scene(replicas=users, binder_logs=replicas.logs)) == []
+        stop_behind_proxies(proxies, replicas)
+    assert violations_behind_proxies(world, replicas) == []

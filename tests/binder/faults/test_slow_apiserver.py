@@ -17,7 +17,14 @@ import time
 
 import pytest
 from binder_e2e_kit import make_pod
-from faults_kit import LEASE, World, replicas_behind_proxies, service_account_replicas, violations, wait_all_bound
+from faults_kit import (
+    LEASE,
+    World,
+    replicas_behind_proxies,
+    stop_behind_proxies,
+    violations_behind_proxies,
+    wait_all_bound,
+)
 
 from binder.leader import lease_path
 from testbed.flakyproxy import FlakyProxy
@@ -72,8 +79,5 @@ def test_a_slow_apiserver_costs_no_lease_and_no_bind(world: World) -> None:
         assert lease_transitions(world) == transitions, "the lease changed hands"
         assert [r.incarnations for r in replicas.replicas] == [1, 1], "a replica restarted (lost its lease)"
     finally:
-        replicas.stop()
-        for proxy in proxies.values():
-            proxy.stop()
-    users = service_account_replicas(replicas)
-    assert violations(world.client, world.plane, world.scene(replicas=users, binder_logs=replicas.logs)) == []
+        stop_behind_proxies(proxies, replicas)
+    assert violations_behind_proxies(world, replicas) == []
