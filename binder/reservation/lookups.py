@@ -108,9 +108,9 @@ class BindRequestConfirmation:
     throughput. With the BindRequest informer the same guarantee costs one object: ask the server for its current
     resourceVersion (a consistent list of one), wait a moment for the informer to have applied everything up to
     it, and read the group from its index. A BindRequest written before that read is in the index then, exactly
-    as it would be in a list made at that moment. When the informer does not get there in `wait_s` (a quiet
-    cluster sends no event to move it; a cache ahead of a restored etcd hears nothing new), the whole list is
-    read as before."""
+    as it would be in a list made at that moment. When the informer heard nothing in the last `wait_s` (a quiet
+    cluster sends no event to move it), or does not get there within `wait_s` (a cache ahead of a restored etcd
+    hears nothing new), the whole list is read as before, without waiting in the quiet case."""
 
     def __init__(self, api: ApiReads, informer: Informer | None = None, wait_s: float = 0.5,
                  on_confirmed: Callable[[str], None] | None = None) -> None:
@@ -132,7 +132,8 @@ class BindRequestConfirmation:
 
     def of_group(self, group: str) -> list[Obj]:
         informer = self.informer
-        if informer is not None and informer.synced:
+        # Waiting only pays where BindRequests change all the time; a quiet informer would not catch up in time.
+        if informer is not None and informer.heard_within(self.wait_s):
             from common.kube.caches import INDEX_GPU_GROUP
 
             asked = informer.clock()

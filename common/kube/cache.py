@@ -265,6 +265,11 @@ class Informer:
             self._version_seen_at = self.clock()
             self._progress.notify_all()
 
+    def heard_within(self, seconds: float) -> bool:
+        """Whether the server moved this cache's resourceVersion in the last `seconds` (an event, a list or a
+        bookmark): a resource that changes often catches up with a fresh version within about that long."""
+        return self.synced and self.clock() - self._version_seen_at <= seconds
+
     def wait_caught_up(self, resource_version: str, since: float, timeout: float) -> bool:
         """Wait until this cache holds every change up to `resource_version` (a version the server answered
         after `since`, by `clock`), learnt from the server after `since`; False after `timeout` seconds.
