@@ -78,7 +78,9 @@ rules:
   - level: None
 """
 SCRAPED = {"fracgpu_binder_reports_pending": "reports", "fracgpu_binder_workqueue_depth": "queue",
-           "fracgpu_binder_events_dropped_total": "dropped", "fracgpu_binder_leader": "leader"}
+           "fracgpu_binder_events_dropped_total": "dropped", "fracgpu_binder_leader": "leader",
+           'fracgpu_binder_gc_bindrequest_confirmations_total{source="cache"}': "gc_cache",
+           'fracgpu_binder_gc_bindrequest_confirmations_total{source="list"}': "gc_list"}
 
 
 def rss_mib(pid: int) -> float:
@@ -413,8 +415,9 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
     def line(row: dict[str, Any]) -> str:
         def side(role: str) -> str:
             r = row.get(role) or {}
-            return (f"{role} RSS {r.get('rss', 0):.0f} MiB reports {r.get('reports', '-')} "
-                    f"queue {r.get('queue', '-')}")
+            return (f"{role} RSS {r.get('rss', 0):.0f} MiB cpu {r.get('cpu_s', 0)}s reports {r.get('reports', '-')} "
+                    f"queue {r.get('queue', '-')} gc confirmed cache/list {r.get('gc_cache', 0):.0f}/"
+                    f"{r.get('gc_list', 0):.0f}")
         return (f"t={row['t']:.0f}s {side('leader')} | {side('follower')} | bound {row['bound']} reported "
                 f"{row['reported']} retired {row['retired']} | cluster pods {row['pods']}+{row['rsv_pods']} rsv, "
                 f"BRs {row['bindrequests']}, backlog {row['backlog']} | apiserver cpu {row['apiserver_cpu_s']}s")

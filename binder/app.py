@@ -52,11 +52,14 @@ def default_lease_namespace() -> str:
         return names.DEFAULT_NAMESPACE
 
 
-def build_reservation(client: KubeClient, settings: Settings, caches: Caches) -> Any:
-    from binder.reservation.lookups import CacheReads
+def build_reservation(client: KubeClient, settings: Settings, caches: Caches, metrics: BinderMetrics) -> Any:
+    from binder.reservation.lookups import ApiReads, BindRequestConfirmation, CacheReads
     from binder.reservation.service import ReservationService
 
-    return ReservationService(client, settings.reservation, CacheReads(caches))
+    confirmation = BindRequestConfirmation(
+        ApiReads(client), caches.bindrequests,
+        on_confirmed=lambda source: metrics.gc_confirmations.labels(source=source).inc())
+    return ReservationService(client, settings.reservation, CacheReads(caches), confirmation)
 
 
 class BinderApp:
@@ -77,7 +80,7 @@ class BinderApp:
         for informer in self.caches.all():  # read at each scrape
             self.metrics.informer_synced.labels(resource=informer.name).set_function(
                 lambda informer=informer: 1.0 if informer.synced else 0.0)
-        self.reservation = reservation or build_reservation(client, settings, self.caches)
+        self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
         self.reporter = BackgroundReporter(on_depth=self.metrics.reports_pending.set,

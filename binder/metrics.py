@@ -59,6 +59,11 @@ class BinderMetrics:
             "(the log and /readyz say why)", ["resource"], registry=r)
         self.group_syncs = Counter("fracgpu_binder_gpu_group_syncs", "GPU-group reservation syncs by outcome",
                                    ["outcome"], registry=r)
+        self.gc_confirmations = Counter(
+            "fracgpu_binder_gc_bindrequest_confirmations",
+            "Checks, before an unused reservation pod is deleted, that no active BindRequest selected its group, by "
+            "source: cache (the informer had caught up with the API server) or list (every BindRequest listed)",
+            ["source"], registry=r)
 
         # client-go's leader-election gauge, which controller-runtime managers export, named after the Lease.
         self.leader_election = Gauge("leader_election_master_status", "1 while this process leads the election "

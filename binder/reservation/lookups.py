@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from binder.reservation.groups import has_group_label, labels_of, multi_group_label
@@ -15,6 +16,7 @@ from common import names
 from common.kube.client import bindrequest_path, pod_path
 
 if TYPE_CHECKING:
+    from common.kube.cache import Informer
     from common.kube.caches import Caches
     from common.kube.client import KubeClient
 
@@ -95,6 +97,54 @@ class ApiReads:
 
     def wait_for_pod_change(self, namespace: str, since: int, timeout: float) -> None:
         time.sleep(max(0.0, min(timeout, 0.2)))  # no watch to wake us: poll
+
+
+class BindRequestConfirmation:
+    """The group's BindRequests as the API server holds them now: the GC's last check before it deletes an
+    unused reservation pod (docs/decisions.md §2.4).
+
+    No selector can pick a group, so asking the server means listing every BindRequest of the cluster, once per
+    reservation pod deleted: with tens of thousands of BindRequests that list was what bound the binder's
+    throughput. With the BindRequest informer the same guarantee costs one object: ask the server for its current
+    resourceVersion (a consistent list of one), wait a moment for the informer to have applied everything up to
+    it, and read the group from its index. A BindRequest written before that read is in the index then, exactly
+    as it would be in a list made at that moment. When the informer heard nothing in the last `wait_s` (a quiet
+    cluster sends no event to move it), or does not get there within `wait_s` (a cache ahead of a restored etcd
+    hears nothing new), the whole list is read as before, without waiting in the quiet case."""
+
+    def __init__(self, api: ApiReads, informer: Informer | None = None, wait_s: float = 0.5,
+                 on_confirmed: Callable[[str], None] | None = None) -> None:
+        """`on_confirmed(source)`: told "cache" or "list" after each confirmation (a metric)."""
+        self.api = api
+        self.informer = informer
+        self.wait_s = wait_s
+        self.on_confirmed = on_confirmed
+        self.from_cache = 0
+        self.listed = 0
+
+    def _confirmed(self, source: str) -> None:
+        if source == "cache":
+            self.from_cache += 1
+        else:
+            self.listed += 1
+        if self.on_confirmed is not None:
+            self.on_confirmed(source)
+
+    def of_group(self, group: str) -> list[Obj]:
+        informer = self.informer
+        # Waiting only pays where BindRequests change all the time; a quiet informer would not catch up in time.
+        if informer is not None and informer.heard_within(self.wait_s):
+            from common.kube.caches import INDEX_GPU_GROUP
+
+            asked = informer.clock()
+            probe = self.api.client.get(bindrequest_path(), {"limit": "1"})
+            version = (probe.get("metadata") or {}).get("resourceVersion", "")
+            if informer.wait_caught_up(version, since=asked, timeout=self.wait_s):
+                self._confirmed("cache")
+                return informer.by_index(INDEX_GPU_GROUP, group)
+        found = self.api.bind_requests_of_group(group)
+        self._confirmed("list")
+        return found
 
 
 class CacheReads:

@@ -29,7 +29,7 @@ from binder.reservation.groups import (
     stale_group_label_keys,
 )
 from binder.reservation.locks import GroupLocks
-from binder.reservation.lookups import ApiReads, ReservationReads
+from binder.reservation.lookups import ApiReads, BindRequestConfirmation, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
 from common import names
@@ -74,12 +74,14 @@ def gpu_id_of(reservation_pod: Obj) -> str:
 
 class ReservationService:
     def __init__(self, client: KubeClient, settings: ReservationSettings,
-                 reads: ReservationReads | None = None) -> None:
-        """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server."""
+                 reads: ReservationReads | None = None, confirmation: BindRequestConfirmation | None = None) -> None:
+        """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server.
+        `confirmation`: how the GC confirms a group's BindRequests before a delete; None = list them all."""
         self.client = client
         self.settings = settings
         self.api = ApiReads(client)
         self.reads: ReservationReads = reads or self.api
+        self.confirmation = confirmation or BindRequestConfirmation(self.api)
         self.locks = GroupLocks()
         # uid -> when: reservation pods this process deleted. The cache may show one for a moment after;
         # its GPU id must never be handed out from there.
@@ -150,7 +152,7 @@ class ReservationService:
                 self._delete_pod(pod, grace_zero=False)
         elif state is gc.GroupState.UNUSED_RESERVATION:
             try:
-                bind_requests = self.api.bind_requests_of_group(group)
+                bind_requests = self.confirmation.of_group(group)
             except ApiError as error:
                 raise ReservationError(f"failed to list BindRequests: {error}") from error
             reservation = group_pods.reservation or {}

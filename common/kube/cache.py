@@ -78,6 +78,9 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._watch = None
         self.resource_version = ""
+        # When resource_version last moved (clock), and a condition that wakes wait_caught_up callers then.
+        self._version_seen_at = 0.0
+        self._progress = threading.Condition()
         self.relists = 0
         self.quiet = False
         # Why the last list or watch failed, in words an operator can act on; "" once a list succeeds.
@@ -219,10 +222,10 @@ class Informer:
                 self._fire("on_add", obj)
             elif old.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                 self._fire("on_update", old, obj)
-        self.resource_version = (listed.get("metadata") or {}).get("resourceVersion", "")
         self.relists += 1
         self.problem = ""
         self._synced.set()
+        self._advance((listed.get("metadata") or {}).get("resourceVersion", ""))
 
     def _apply(self, event: dict) -> bool:
         """Apply one watch event; False means the watch must re-list (410 Gone)."""
@@ -235,9 +238,9 @@ class Informer:
                 return False
             raise ApiError(code or 500, obj.get("reason", ""), obj.get("message", "watch error"), obj)
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            self.resource_version = rv
         if kind == "BOOKMARK":
+            if rv:
+                self._advance(rv)
             return True
         obj = self.slim(obj)
         key = object_key(obj)
@@ -246,6 +249,8 @@ class Informer:
                 old = self._remove(key)
             else:
                 old = self._put(key, obj)
+        if rv:
+            self._advance(rv)  # only once the store holds the change: wait_caught_up relies on it
         if kind == "DELETED":
             self._fire("on_delete", old or obj)
         elif old is None:
@@ -253,6 +258,35 @@ class Informer:
         else:
             self._fire("on_update", old, obj)
         return True
+
+    def _advance(self, resource_version: str) -> None:
+        with self._progress:
+            self.resource_version = resource_version
+            self._version_seen_at = self.clock()
+            self._progress.notify_all()
+
+    def heard_within(self, seconds: float) -> bool:
+        """Whether the server moved this cache's resourceVersion in the last `seconds` (an event, a list or a
+        bookmark): a resource that changes often catches up with a fresh version within about that long."""
+        return self.synced and self.clock() - self._version_seen_at <= seconds
+
+    def wait_caught_up(self, resource_version: str, since: float, timeout: float) -> bool:
+        """Wait until this cache holds every change up to `resource_version` (a version the server answered
+        after `since`, by `clock`), learnt from the server after `since`; False after `timeout` seconds.
+
+        The second condition keeps a cache that is ahead of a server restored from a backup (M1) from
+        counting as caught up: such a cache hears nothing new until it lists again."""
+        if not resource_version.isdigit():
+            return False
+        wanted = int(resource_version)
+
+        def caught_up() -> bool:
+            current = self.resource_version
+            return (self.synced and current.isdigit() and int(current) >= wanted
+                    and self._version_seen_at >= since)
+
+        with self._progress:
+            return self._progress.wait_for(caught_up, timeout)
 
     def _server_is_behind(self) -> bool:
         """Whether the API server's current resourceVersion is below the one this cache holds: etcd was

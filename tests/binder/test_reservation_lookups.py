@@ -3,10 +3,14 @@ cluster: a client that serves pages of a large cluster's BindRequests as the API
 
 from __future__ import annotations
 
+import threading
+import time
 import tracemalloc
 from typing import Any
 
-from binder.reservation.lookups import ApiReads
+from binder.reservation.lookups import ApiReads, BindRequestConfirmation
+from common.kube.cache import Informer
+from common.kube.caches import INDEX_GPU_GROUP, bindrequest_gpu_group_index, slim_generic
 from common.kube.client import KubeClient
 
 PAGE = 500
@@ -75,3 +79,100 @@ def test_bind_requests_of_group_finds_every_match_across_pages():
     assert [br["metadata"]["uid"] for br in reads.bind_requests_of_group(f"group-{3 * PAGE - 1}")] == \
         [f"uid-{3 * PAGE - 1:08d}"]
     assert reads.bind_requests_of_group("group-elsewhere") == []
+
+
+# ---------------------------------------------------------------------- confirmation from a caught-up informer
+class CurrentVersion(PagedBindRequests):
+    """The API server at resourceVersion `current`: a LIST of one answers it; a full LIST is counted."""
+
+    def __init__(self, current: str, total: int = 3) -> None:
+        super().__init__(total)
+        self.current = current
+        self.full_lists = 0
+
+    def get(self, path: str, params: dict | None = None) -> dict:
+        if (params or {}).get("limit") == "1":
+            return {"kind": "BindRequestList", "metadata": {"resourceVersion": self.current}, "items": []}
+        if not (params or {}).get("continue"):
+            self.full_lists += 1
+        return super().get(path, params)
+
+
+def bind_request_informer(version: str, items: list[dict[str, Any]]) -> Informer:
+    informer = Informer(None, "/apis/scheduling.run.ai/v1alpha2/bindrequests", "bindrequests",  # type: ignore[arg-type]
+                        slim=slim_generic, indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index})
+    informer.client = type("Lists", (), {"list_all": lambda *_a, **_k: {"metadata": {"resourceVersion": version},
+                                                                          "items": items}})()
+    informer._relist()
+    return informer
+
+
+def later(seconds: float, fn: Any) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), fn()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_confirmation_reads_the_group_from_the_informer_once_it_has_caught_up_with_the_server():
+    client = CurrentVersion("20")
+    informer = bind_request_informer("19", [bind_request(1)])
+    confirmation = BindRequestConfirmation(ApiReads(client), informer, wait_s=5)
+    fresh = bind_request(2)
+    fresh["metadata"]["resourceVersion"] = "21"  # the next BindRequest event takes the informer past 20
+    fresh["spec"]["selectedGPUGroups"] = ["group-1"]
+    later(0.1, lambda: informer._apply({"type": "ADDED", "object": fresh}))
+    found = confirmation.of_group("group-1")
+    assert sorted(br["metadata"]["name"] for br in found) == ["pod-1", "pod-2"]
+    assert (confirmation.from_cache, confirmation.listed, client.full_lists) == (1, 0, 0)
+
+
+def test_the_confirmation_lists_everything_when_the_informer_does_not_catch_up():
+    client = CurrentVersion("20")
+    informer = bind_request_informer("19", [])  # no event moves it to 20
+    confirmation = BindRequestConfirmation(ApiReads(client), informer, wait_s=0.2)
+    assert [br["metadata"]["name"] for br in confirmation.of_group("group-1")] == ["pod-1"]
+    assert (confirmation.from_cache, confirmation.listed, client.full_lists) == (0, 1, 1)
+
+
+def test_a_quiet_informer_is_not_waited_for():
+    """Nothing moved the informer lately: waiting for it would only delay the list (and the GC behind it)."""
+    client = CurrentVersion("20")
+    informer = bind_request_informer("19", [])
+    confirmation = BindRequestConfirmation(ApiReads(client), informer, wait_s=0.2)
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert [br["metadata"]["name"] for br in confirmation.of_group("group-1")] == ["pod-1"]
+    assert time.monotonic() - started < 0.1 and client.full_lists == 1
+
+
+def test_a_cache_ahead_of_a_restored_server_is_not_caught_up():
+    """etcd restored from a backup: the server is at 20, the cache at 50 from before the restore. Its version
+    is not newer news from this server, so the group is listed."""
+    client = CurrentVersion("20")
+    informer = bind_request_informer("50", [])
+    confirmation = BindRequestConfirmation(ApiReads(client), informer, wait_s=0.2)
+    assert [br["metadata"]["name"] for br in confirmation.of_group("group-1")] == ["pod-1"]
+    assert (confirmation.from_cache, client.full_lists) == (0, 1)
+
+
+def test_without_an_informer_the_confirmation_lists():
+    client = CurrentVersion("20")
+    confirmation = BindRequestConfirmation(ApiReads(client))
+    assert [br["metadata"]["name"] for br in confirmation.of_group("group-2")] == ["pod-2"]
+    assert client.full_lists == 1
+
+
+def test_an_informer_publishes_a_version_only_once_its_store_holds_the_change():
+    informer = bind_request_informer("10", [])
+    versions_while_stored: list[str] = []
+    put = informer._put
+
+    def spying_put(key: str, obj: dict) -> Any:
+        versions_while_stored.append(informer.resource_version)
+        return put(key, obj)
+
+    informer._put = spying_put  # type: ignore[method-assign]
+    br = bind_request(3)
+    br["metadata"]["resourceVersion"] = "12"
+    informer._apply({"type": "ADDED", "object": br})
+    assert versions_while_stored == ["10"] and informer.resource_version == "12"
