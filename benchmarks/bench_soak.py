@@ -34,7 +34,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -59,6 +58,7 @@ from testbed.faults_cp import AUDIT_POLICY, audited_control_plane, read_audit  #
 from testbed.invariants import Scene, check, check_objects  # noqa: E402
 from testbed.kube import WaitTimeout, api_client, apply_crds, create_gpu_node, create_namespace, wait_for  # noqa: E402
 from testbed.nodeplayer import NodePlayer  # noqa: E402
+from testbed.procs import free_port  # noqa: E402
 from testbed.schedsim import SchedulerSimulator  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
@@ -97,12 +97,6 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float]:

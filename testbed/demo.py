@@ -39,8 +39,9 @@ from testbed.local_deploy import (
     shipped_args,
 )
 from testbed.manifests import MANIFESTS, apply, find, render
+from testbed.procs import free_port
 from testbed.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
-from testbed.webhook import AdmissionProcess, free_port
+from testbed.webhook import AdmissionProcess
 
 GPU_MEMORY_MIB = 40960
 NODES = ("gpu-node-1", "gpu-node-2")

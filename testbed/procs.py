@@ -2,26 +2,65 @@
 
 from __future__ import annotations
 
+import collections
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
+
+# The ports handed out lately: a server may not listen yet on one picked a moment ago.
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+_handed_out_lock = threading.Lock()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidate_ports() -> range:
+    low, high = _ephemeral_range()
+    return range(20000, low) if low > 21000 else range(high + 1, 65536)
+
+
+def _listenable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``count`` distinct free TCP ports on 127.0.0.1 for servers the tests start later.
+
+    Chosen outside the kernel's ephemeral range: a port the kernel handed out (bind to 0) is free again once
+    probed, and any outgoing connection may then take it as its source port before our server listens there
+    (a CI run failed so: "Address already in use"). Below that range only another explicit choice can collide,
+    and this process does not hand out a port again until thousands of others were.
+    """
+    candidates = _candidate_ports()
+    picked: list[int] = []
+    with _handed_out_lock:
+        for port in random.sample(candidates, len(candidates)):
+            if port not in _handed_out and _listenable(port):
+                _handed_out.append(port)
+                picked.append(port)
+                if len(picked) == count:
+                    return picked
+    raise RuntimeError(f"no {count} free TCP ports on 127.0.0.1 outside the ephemeral range {_ephemeral_range()}")
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 def group_cpu_seconds(pgid: int) -> float:

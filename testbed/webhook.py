@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,13 +13,7 @@ from pathlib import Path
 import requests
 
 from certs.pki import generate_directory
-from testbed.procs import die_with_parent, tail
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from testbed.procs import die_with_parent, free_port, tail
 
 
 class AdmissionProcess:

@@ -30,7 +30,8 @@ from testbed.kube import (
 )
 from testbed.local_deploy import Program
 from testbed.nodeplayer import NodePlayer
-from testbed.webhook import AdmissionProcess, free_port
+from testbed.procs import free_port
+from testbed.webhook import AdmissionProcess
 from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,8 @@ from testbed.local_deploy import (
     shipped_args,
 )
 from testbed.manifests import MANIFESTS, apply, render
-from testbed.webhook import AdmissionProcess, free_port
+from testbed.procs import free_port
+from testbed.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 

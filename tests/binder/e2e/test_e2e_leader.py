@@ -4,7 +4,6 @@ A SIGTERM shuts a binder down cleanly and releases the Lease."""
 from __future__ import annotations
 
 import signal
-import socket
 
 import pytest
 import requests
@@ -13,15 +12,10 @@ from binder_e2e_kit import events_for, make_bind_request, make_pod, run_binder_p
 from binder.leader import lease_path
 from common import names
 from common.kube.client import ApiError
+from testbed.procs import free_port
 
 pytestmark = pytest.mark.apiserver
 LEASE = "2ad35f9c.kai.scheduler"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def holder(kube, namespace) -> str | None:
