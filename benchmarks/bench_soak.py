@@ -80,6 +80,7 @@ rules:
 SCRAPED = {"fracgpu_binder_reports_pending": "reports", "fracgpu_binder_workqueue_depth": "queue",
            "fracgpu_binder_events_dropped_total": "dropped", "fracgpu_binder_leader": "leader",
            'fracgpu_binder_gc_bindrequest_confirmations_total{source="cache"}': "gc_cache",
+           'fracgpu_binder_gc_bindrequest_confirmations_total{source="selected"}': "gc_selected",
            'fracgpu_binder_gc_bindrequest_confirmations_total{source="list"}': "gc_list"}
 
 
@@ -410,8 +411,8 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
         def side(role: str) -> str:
             r = row.get(role) or {}
             return (f"{role} RSS {r.get('rss', 0):.0f} MiB cpu {r.get('cpu_s', 0)}s reports {r.get('reports', '-')} "
-                    f"queue {r.get('queue', '-')} gc confirmed cache/list {r.get('gc_cache', 0):.0f}/"
-                    f"{r.get('gc_list', 0):.0f}")
+                    f"queue {r.get('queue', '-')} gc confirmed cache/selected/list {r.get('gc_cache', 0):.0f}/"
+                    f"{r.get('gc_selected', 0):.0f}/{r.get('gc_list', 0):.0f}")
         return (f"t={row['t']:.0f}s {side('leader')} | {side('follower')} | bound {row['bound']} reported "
                 f"{row['reported']} retired {row['retired']} | cluster pods {row['pods']}+{row['rsv_pods']} rsv, "
                 f"BRs {row['bindrequests']}, backlog {row['backlog']} | apiserver cpu {row['apiserver_cpu_s']}s")

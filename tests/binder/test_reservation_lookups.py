@@ -8,10 +8,12 @@ import time
 import tracemalloc
 from typing import Any
 
-from binder.reservation.lookups import ApiReads, BindRequestConfirmation
+import pytest
+
+from binder.reservation.lookups import SELECT_AGAIN_AFTER_S, ApiReads, BindRequestConfirmation
 from common.kube.cache import Informer
 from common.kube.caches import INDEX_GPU_GROUP, bindrequest_gpu_group_index, slim_generic
-from common.kube.client import KubeClient
+from common.kube.client import ApiError, KubeClient
 
 PAGE = 500
 
@@ -32,21 +34,39 @@ def bind_request(i: int) -> dict[str, Any]:
 
 
 class PagedBindRequests(KubeClient):
-    """Serves `total` BindRequests in pages, each built only when asked for (as an answer arrives)."""
+    """Serves `total` BindRequests in pages, each built only when asked for (as an answer arrives). `selectable`:
+    the CRD declares status.phase selectable (the server filters by it), else a field selector is refused."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, selectable: bool = False) -> None:
         super().__init__("https://127.0.0.1:1", qps=0, burst=1)
         self.total = total
+        self.selectable = selectable
         self.pages = 0
+        self.full_lists = 0  # lists of every BindRequest, begun
+        self.selected_lists = 0
 
     def get(self, path: str, params: dict | None = None) -> dict:
         assert path.endswith("/bindrequests"), path
-        start = int((params or {}).get("continue") or 0)
-        limit = int((params or {}).get("limit") or self.total)
+        params = params or {}
+        selector = params.get("fieldSelector")
+        if selector is not None:
+            assert selector == "status.phase!=Succeeded,status.phase!=Failed", selector
+            if not self.selectable:
+                raise ApiError(400, "BadRequest", 'field label not supported: status.phase')
+        start = int(params.get("continue") or 0)
+        limit = int(params.get("limit") or self.total)
         end = min(self.total, start + limit)
         self.pages += 1
+        if not params.get("continue"):
+            if selector:
+                self.selected_lists += 1
+            else:
+                self.full_lists += 1
+        items = [bind_request(i) for i in range(start, end)]
+        if selector:
+            items = [br for br in items if br["status"]["phase"] not in ("Succeeded", "Failed")]
         return {"kind": "BindRequestList", "metadata": {"continue": str(end) if end < self.total else ""},
-                "items": [bind_request(i) for i in range(start, end)]}
+                "items": items}
 
 
 def peak_bytes(fn: Any) -> tuple[Any, int]:
@@ -81,20 +101,72 @@ def test_bind_requests_of_group_finds_every_match_across_pages():
     assert reads.bind_requests_of_group("group-elsewhere") == []
 
 
+# ---------------------------------------------------------------------- only the active ones, where the CRD allows
+def test_where_the_crd_selects_by_phase_only_the_active_bind_requests_are_listed():
+    """A quiet cluster after a load: thousands of finished BindRequests, a few active. The GC's question (does an
+    active one select this group?) no longer reads the finished ones."""
+    client = PagedBindRequests(total=20 * PAGE, selectable=True)
+    reads = ApiReads(client)
+    found, source = reads.listed_bind_requests_of_group("group-4242")  # 4242 % 3 == 0: not finished
+    assert ([br["metadata"]["name"] for br in found], source) == (["pod-4242"], "selected")
+    assert reads.bind_requests_of_group("group-4241") == []  # finished: not an answer to the question
+    assert (client.selected_lists, client.full_lists) == (2, 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_crd_that_cannot_select_by_phase_is_listed_whole_and_asked_again_later():
+    """The KAI scheduler's own CRD has no selectable fields: every BindRequest is listed, as before, and the
+    refused selection is not tried on every GC decision, only once in a while (the CRD may be upgraded)."""
+    client, clock = PagedBindRequests(total=3 * PAGE), Clock()
+    reads = ApiReads(client, clock=clock)
+    assert reads.listed_bind_requests_of_group("group-3") == ([bind_request(3)], "list")
+    assert reads.listed_bind_requests_of_group("group-4") == ([bind_request(4)], "list")
+    assert (client.selected_lists, client.full_lists) == (0, 2)
+    clock.now += SELECT_AGAIN_AFTER_S
+    client.selectable = True  # the CRD of this release was applied meanwhile
+    assert reads.listed_bind_requests_of_group("group-3") == ([bind_request(3)], "selected")
+    assert (client.selected_lists, client.full_lists) == (1, 2)
+
+
+def test_a_server_error_on_the_selected_list_is_not_taken_for_a_crd_without_selectable_fields():
+    class Unavailable(PagedBindRequests):
+        def get(self, path: str, params: dict | None = None) -> dict:
+            raise ApiError(503, "ServiceUnavailable", "etcd is restarting")
+
+    reads = ApiReads(Unavailable(total=10, selectable=True))
+    with pytest.raises(ApiError, match="etcd is restarting"):
+        reads.bind_requests_of_group("group-1")
+    assert reads._select_again_at == 0.0
+
+
+def test_a_quiet_informer_hands_the_question_to_the_selected_list():
+    client = CurrentVersion("20", selectable=True)
+    sources: list[str] = []
+    confirmation = BindRequestConfirmation(ApiReads(client), bind_request_informer("19", []), wait_s=0.1,
+                                           on_confirmed=sources.append)
+    time.sleep(0.2)
+    assert [br["metadata"]["name"] for br in confirmation.of_group("group-0")] == ["pod-0"]
+    assert sources == ["selected"] and client.full_lists == 0
+
+
 # ---------------------------------------------------------------------- confirmation from a caught-up informer
 class CurrentVersion(PagedBindRequests):
-    """The API server at resourceVersion `current`: a LIST of one answers it; a full LIST is counted."""
+    """The API server at resourceVersion `current`: a LIST of one answers it."""
 
-    def __init__(self, current: str, total: int = 3) -> None:
-        super().__init__(total)
+    def __init__(self, current: str, total: int = 3, selectable: bool = False) -> None:
+        super().__init__(total, selectable)
         self.current = current
-        self.full_lists = 0
 
     def get(self, path: str, params: dict | None = None) -> dict:
         if (params or {}).get("limit") == "1":
             return {"kind": "BindRequestList", "metadata": {"resourceVersion": self.current}, "items": []}
-        if not (params or {}).get("continue"):
-            self.full_lists += 1
         return super().get(path, params)
 
 
