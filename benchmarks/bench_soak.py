@@ -371,6 +371,8 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
     stop = threading.Event()
     load_end: list[float] = []
 
+    written = [0]  # BindRequests written: fewer than asked when --duration ends the load first
+
     def submit_all() -> None:
         for index in range(args.bind_requests):
             if args.duration and time.monotonic() - started > args.duration:
@@ -382,6 +384,7 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
             try:
                 pod = make_pod(client, namespace, f"s{index}", fraction=fraction)
                 sim.submit(pod, nodes[index % len(nodes)])
+                written[0] += 1
             except ApiError as error:  # counted: the run's BindRequests are then fewer than asked
                 print(f"submit s{index}: {error}", flush=True)
         load_end.append(time.monotonic())
@@ -443,10 +446,10 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
             row = sample()
             leader = row.get("leader") or {}
             if reports_empty_after is None and leader.get("reports") == 0 and leader.get("queue") == 0 \
-                    and row["bound"] >= args.bind_requests:
+                    and row["bound"] >= written[0]:
                 reports_empty_after = time.monotonic() - ended
-            if all_done_after is None and row["bound"] >= args.bind_requests and row["backlog"] == 0 and \
-                    len(workload.reported) >= args.bind_requests:
+            if all_done_after is None and row["bound"] >= written[0] and row["backlog"] == 0 and \
+                    len(workload.reported) >= written[0]:
                 all_done_after = time.monotonic() - ended
             samples.append(row)
             time.sleep(1.0)
@@ -488,7 +491,8 @@ def soak(args: argparse.Namespace, plane: ControlPlane, client: KubeClient, name
         return max(((s.get(role) or {}).get(key) or 0 for s in samples), default=0)
 
     summary = {
-        "bind_requests": args.bind_requests, "rate": args.rate, "kills": len(kills), "kill_times": kills,
+        "bind_requests": args.bind_requests, "written": written[0], "rate": args.rate, "kills": len(kills),
+        "kill_times": kills,
         "incarnations": incarnations, "bound": len(workload.bound_at), "retired": workload.retired,
         "throughput": round(len(bound_times) / span, 1) if span else 0,
         "leader_rss_peak": peak("leader", "rss"), "follower_rss_peak": peak("follower", "rss"),
