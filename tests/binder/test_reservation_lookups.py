@@ -113,23 +113,15 @@ def test_where_the_crd_selects_by_phase_only_the_active_bind_requests_are_listed
     assert (client.selected_lists, client.full_lists) == (2, 0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_crd_that_cannot_select_by_phase_is_listed_whole_and_asked_again_later():
     """The KAI scheduler's own CRD has no selectable fields: every BindRequest is listed, as before, and the
     refused selection is not tried on every GC decision, only once in a while (the CRD may be upgraded)."""
-    client, clock = PagedBindRequests(total=3 * PAGE), Clock()
-    reads = ApiReads(client, clock=clock)
+    client, now = PagedBindRequests(total=3 * PAGE), [0.0]
+    reads = ApiReads(client, clock=lambda: now[0])
     assert reads.listed_bind_requests_of_group("group-3") == ([bind_request(3)], "list")
     assert reads.listed_bind_requests_of_group("group-4") == ([bind_request(4)], "list")
     assert (client.selected_lists, client.full_lists) == (0, 2)
-    clock.now += SELECT_AGAIN_AFTER_S
+    now[0] += SELECT_AGAIN_AFTER_S
     client.selectable = True  # the CRD of this release was applied meanwhile
     assert reads.listed_bind_requests_of_group("group-3") == ([bind_request(3)], "selected")
     assert (client.selected_lists, client.full_lists) == (1, 2)
