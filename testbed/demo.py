@@ -209,6 +209,9 @@ class Demo:
 
     # ------------------------------------------------------------------ the workload
     def submit(self, session: KubeSession) -> list[tuple[str, str]]:
+        """Create each pod (and in kai mode its BindRequest) and wait until it is bound before the next one:
+        the stock scheduler's queue order is its own, and "four-gib" placed first would take a tenth of the GPU
+        the first half joins, leaving no room there for the second half."""
         if self.mode == "stock":
             workloads = [("half-gpu", {names.GPU_FRACTION: "0.5"}, "", ""),
                          ("half-gpu-2", {names.GPU_FRACTION: "0.5"}, "", ""),
@@ -230,6 +233,7 @@ class Demo:
             if self.mode == "stock":
                 say(f"  schedulerName {self.scheduler_name}: the kube-scheduler asks the extender where it fits")
                 submitted.append((name, ""))
+                self.wait_bound(session, submitted[-1:])
                 continue
             bind_request = {
                 "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
@@ -245,6 +249,7 @@ class Demo:
                 raise RuntimeError(f"BindRequest {name}: {answer.text}")
             say(f"BindRequest {DEMO_NAMESPACE}/{name} created as the scheduler would: node {node}, portion {portion}")
             submitted.append((name, node))
+            self.wait_bound(session, submitted[-1:])
         return submitted
 
     def wait_bound(self, session: KubeSession, submitted: list[tuple[str, str]]) -> None:
@@ -295,7 +300,6 @@ class Demo:
             self.start_scheduler(documents)
         threading.Thread(target=self.play_nodes, name="node-player", daemon=True).start()
         submitted = self.submit(session)
-        self.wait_bound(session, submitted)
         print()
         print(self.table(session, submitted), flush=True)
         print()
