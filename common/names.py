@@ -91,3 +91,7 @@ GPU_GROUP_SYNC_QUEUE = "gpu-group-sync"  # ours: the queue of GPU-group reservat
 # Our own: the platforms (os/arch, comma-separated) the reservation pod image is built for, on the binder
 # Deployment; `fracgpu doctor` compares them with the GPU nodes' architectures.
 RESERVATION_IMAGE_PLATFORMS_ANNOTATION = "fracgpu.io/reservation-image-platforms"
+
+# Written by the extender on a pending pod it refused once GPUs it fits are freed: an update of an unschedulable
+# pod moves it back to the kube-scheduler's queue (the value is the time it was written).
+EXTENDER_CAPACITY_FREED_ANNOTATION = "fracgpu.io/gpu-capacity-freed-at"

@@ -21,6 +21,7 @@ from common.kube.sync import unsynced_reason
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
 from extender.ledger import Ledger
+from extender.requeue import Requeue
 from extender.server import ExtenderMetrics, ExtenderServer
 from extender.settings import Settings
 from extender.verbs import Verbs
@@ -76,6 +77,8 @@ class ExtenderApp:
         self.settings = settings
         self.client = client
         self.ledger = Ledger(settings.reservation_namespace)
+        self.requeue = Requeue(self.ledger, self._annotate_pod)
+        self.ledger.on_freed, self.ledger.on_grown = self.requeue.freed, self.requeue.grown
         self.waiters = Waiters()
         self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_gpu_pod)
         self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
@@ -83,24 +86,35 @@ class ExtenderApp:
         self._watch_into_ledger()
         self.registry = CollectorRegistry()
         self.metrics = ExtenderMetrics(self.registry)
+        self.requeue.on_nudge = lambda outcome: self.metrics.requeues.labels(outcome).inc()
         self.registry.register(BuildInfoCollector("extender"))
         ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
-        self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s)
+        self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
+                           requeue=self.requeue)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
 
+    def _annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
+        # The uid makes the patch fail on a pod re-created under the same name since.
+        self.client.patch(pod_path(namespace, name), {"metadata": {"uid": uid, "annotations": annotations}})
+
     def _watch_into_ledger(self) -> None:
-        ledger, waiters = self.ledger, self.waiters
+        ledger, waiters, requeue = self.ledger, self.waiters, self.requeue
 
         def pod_changed(pod: dict[str, Any]) -> None:
             ledger.upsert_pod(pod)
             waiters.notify(object_key(pod))
+            if (pod.get("spec") or {}).get("nodeName"):
+                meta = pod.get("metadata") or {}
+                requeue.forget(meta.get("namespace", ""), meta.get("name", ""))
 
         def pod_gone(pod: dict[str, Any]) -> None:
             ledger.delete_pod(pod)
             waiters.notify(object_key(pod))
+            meta = pod.get("metadata") or {}
+            requeue.forget(meta.get("namespace", ""), meta.get("name", ""))
 
         def bind_request_changed(bind_request: dict[str, Any]) -> None:
             ledger.upsert_bind_request(bind_request)
@@ -143,6 +157,7 @@ class ExtenderApp:
         for informer in (self.pods, self.nodes, self.bind_requests):
             informer.start()
         self.server.start()
+        self.requeue.start()
         threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
         log.info("extender serving", extra={"fields": {
             "bind_address": f"{self.settings.bind_address[0]}:{self.server.port}",
@@ -157,6 +172,7 @@ class ExtenderApp:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.requeue.stop()
         self.server.stop()
         for informer in (self.pods, self.nodes, self.bind_requests):
             informer.stop()

@@ -1,9 +1,11 @@
 """The extender's bind on the API server: write the BindRequest, wait for the binder's verdict, clean up.
 
 The wait watches the extender's own informers (no polling of the API server): the pod seen bound ends it
-with success; the BindRequest seen `Failed` for good (as the scheduler reads it) ends it with the binder's
-reason. At the deadline one read of the pod decides. A BindRequest left behind by a pod of the same name
-that was replaced, or by an earlier attempt that failed, is deleted (uid precondition) and written anew.
+with success; the BindRequest seen failed for good ends it with the binder's reason. At the deadline one read
+of the pod decides. A BindRequest already there is deleted (uid precondition) and written anew only when it can
+hold nothing: failed for good, or written for a pod of the same name that was since replaced. Any other is the
+pod's placement, which the binder may be acting on: it is handed back to bind (StandingBindRequest), never
+replaced.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import threading
 import time
 from typing import Any
 
-from common import names
+from common.bindrequest import failed_for_good, owner_pod_uid
 from common.kube.cache import Informer
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from extender.verbs import BindOutcome
+from extender.verbs import BindOutcome, StandingBindRequest
 
 log = logging.getLogger("extender.bind")
 
@@ -47,21 +49,6 @@ def _meta(obj: dict[str, Any] | None) -> dict[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
-def owner_pod_uid(bind_request: dict[str, Any]) -> str:
-    for owner in _meta(bind_request).get("ownerReferences") or []:
-        if owner.get("kind") == "Pod":
-            return str(owner.get("uid") or "")
-    return ""
-
-
-def failed_for_good(bind_request: dict[str, Any]) -> bool:
-    status = bind_request.get("status") or {}
-    if status.get("phase") != names.PHASE_FAILED:
-        return False
-    limit = (bind_request.get("spec") or {}).get("backoffLimit")
-    return limit is None or int(status.get("failedAttempts") or 0) >= int(limit)
-
-
 class ApiBindRequests:
     def __init__(self, client: KubeClient, pods: Informer, bind_requests: Informer, waiters: Waiters) -> None:
         self.client = client
@@ -78,12 +65,17 @@ class ApiBindRequests:
                 raise
         existing = self.client.get(bindrequest_path(namespace, name))
         same_pod = owner_pod_uid(existing) == owner_pod_uid(manifest)
-        if same_pod and not failed_for_good(existing) and existing.get("spec") == manifest.get("spec"):
-            return existing  # our own earlier bind of this very decision: wait on it
-        log.info("replacing a stale BindRequest", extra={"pod": name, "namespace": namespace, "fields": {
+        if same_pod and not failed_for_good(existing):
+            raise StandingBindRequest(existing)
+        log.info("replacing a BindRequest that holds nothing", extra={"pod": name, "namespace": namespace, "fields": {
             "same_pod": same_pod, "phase": (existing.get("status") or {}).get("phase", "")}})
         self.delete(existing)
-        return self.client.create(bindrequest_path(namespace), manifest) or manifest
+        try:
+            return self.client.create(bindrequest_path(namespace), manifest) or manifest
+        except ApiError as error:
+            if error.already_exists:  # someone wrote one in between: it is the pod's placement now
+                raise StandingBindRequest(self.client.get(bindrequest_path(namespace, name))) from error
+            raise
 
     def wait(self, bind_request: dict[str, Any], timeout_s: float) -> BindOutcome:
         meta = _meta(bind_request)
@@ -108,10 +100,11 @@ class ApiBindRequests:
         try:
             pod = self.client.get(pod_path(namespace, name))
         except ApiError as error:
-            return BindOutcome(False, f'pod "{key}" could not be read after the bind timeout: {error}')
+            return BindOutcome(False, f'pod "{key}" could not be read after the bind timeout: {error}', over=False)
         outcome = self._verdict(pod, None, bind_request, node)
         return outcome or BindOutcome(False, f'the binder did not bind pod "{key}" to node "{node}" within '
-                                             f"{timeout_s:g}s; the scheduler will try again")
+                                             f"{timeout_s:g}s; its BindRequest stands, and the scheduler will try "
+                                             "again", over=False)
 
     @staticmethod
     def _verdict(pod: dict[str, Any] | None, current: dict[str, Any] | None, ours: dict[str, Any],
@@ -122,7 +115,8 @@ class ApiBindRequests:
             if bound_to == node:
                 return BindOutcome(True)
             if bound_to:
-                return BindOutcome(False, f'pod is bound to node "{bound_to}", not "{node}"')
+                # Bound by an earlier placement: this BindRequest lost, and the binder fails it by itself.
+                return BindOutcome(False, f'pod is bound to node "{bound_to}", not "{node}"', over=False)
         if current is not None and _meta(current).get("uid") == _meta(ours).get("uid") and failed_for_good(current):
             reason = (current.get("status") or {}).get("reason") or "the binder gave no reason"
             return BindOutcome(False, f"binder: {reason}")

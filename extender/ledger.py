@@ -1,15 +1,18 @@
 """GPU accounting of the extender: per node, the whole GPUs in use and the share in use of each GPU group.
 
 Built only from what the API server holds — nodes, pods, reservation pods, BindRequests — plus the extender's
-own decisions that are not visible there yet (`reserve`), so a restart loses nothing. Every source claims GPUs
-for a *member* (a pod, `namespace/name`); a member counted by several sources at once (its BindRequest, its
-group labels, our own decision) is counted once, with the largest share any of them gives, so the ledger can
-only ever over-estimate what is in use.
+own decisions while their bind call runs (`reserve`), so a restart loses nothing. What each object claims is
+decided in extender/claims.py. Every source claims GPUs for a *member* (a pod, `namespace/name`); a member
+counted by several sources at once (its BindRequest, its pod, our own decision) is counted once, with the largest
+share any of them gives, so the ledger can only ever over-estimate what is in use.
+
+A GPU group lives on one node for its whole life: the node of its reservation pod. A group that some object
+names on another node still counts there (a device may be in use), but no pod is placed into it there.
 
 Readers (filter, prioritize) take no lock: each node's claims are replaced whole (copy on write) and a node's
 view is cached until its claims change. Writers (informer handlers, bind) hold a short lock; bind holds the
 node's own lock from its final check to its reservation, so two binds to one node cannot both take the last
-share (`bind_lock`).
+share or the last device (`bind_lock`).
 """
 
 from __future__ import annotations
@@ -17,38 +20,29 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import names
-from common.gpu_request import parse_go_float, parse_go_uint
-from extender.placement import (
-    FULL,
-    GpuRequest,
-    InvalidRequest,
-    NodeGpus,
-    Policy,
-    fit,
-    groups_for,
-    request_of,
-    to_hundredths,
-    whole_gpus_of,
+from common import bindrequest, names
+from common.gpu_request import parse_go_uint
+from extender.claims import (
+    Claim,
+    PodState,
+    bind_request_claim,
+    bind_request_member,
+    member_of,
+    meta,
+    pod_claim,
+    pod_member,
+    pod_state,
 )
+from extender.placement import FULL, GpuRequest, NodeGpus, Policy, fit, groups_for
 
-# Our own decision is dropped when its BindRequest is seen, or after this long at the latest.
+# Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
+# dropped after this long at the latest (the BindRequest, if any, counts by itself).
 PENDING_TTL_S = 600.0
-_TERMINATED = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class Claim:
-    member: str  # namespace/name of the pod the GPUs are for
-    whole: int = 0
-    groups: Mapping[str, int] = field(default_factory=dict)  # group id -> hundredths (0: group holds a device)
-    # gpu-memory members known only from their labels: group id -> MiB, a share once the node's memory is known
-    memory_groups: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,24 +54,44 @@ class _NodeEntry:
     view: NodeGpus | None = None
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+@dataclass(frozen=True)
+class Standing:
+    """A BindRequest that is its pod's placement: the binder may act on it, so nothing may replace it."""
 
+    name: str
+    uid: str
+    node: str
+    groups: tuple[str, ...]
+    phase: str
+    bind_request: dict[str, Any] = field(compare=False, repr=False, default_factory=dict)
 
-def _member(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
+    def describe(self) -> str:
+        groups = f" in GPU groups {list(self.groups)}" if self.groups else ""
+        return f'BindRequest "{self.name}" (phase "{self.phase}") places it on node "{self.node}"{groups}'
 
 
 class Ledger:
     def __init__(self, reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, on_freed: Callable[[str], None] = lambda node: None,
+                 on_grown: Callable[[str], None] = lambda node: None) -> None:
         self.reservation_namespace = reservation_namespace
         self._clock = clock
+        # Told the node on which something stopped claiming GPUs (capacity may be free there); called under the
+        # ledger's lock, so it must only take note, never read the ledger or block.
+        self.on_freed = on_freed
+        self.on_grown = on_grown  # a node added, or given more GPUs or memory
         self._nodes: dict[str, _NodeEntry] = {}
         self._where: dict[str, str] = {}  # source key -> node it claims on
-        self._write = threading.Lock()
+        self._write = threading.RLock()
         self._bind_locks: dict[str, threading.Lock] = {}
         self._pending_since: dict[str, float] = {}  # source key of our own decisions -> when made
+        # Decisions whose bind call is over but whose BindRequest (this uid) the cache has not shown yet.
+        self._awaiting: dict[str, str] = {}
+        self._pods: dict[str, PodState] = {}  # member -> the pod of that name, as the cache shows it
+        self._bind_requests: dict[str, dict[str, Any]] = {}  # source key -> the BindRequest
+        self._bind_requests_of: dict[str, set[str]] = {}  # member -> source keys of its BindRequests
+        self._home: dict[str, str] = {}  # group -> node of its live reservation pod
+        self._claimed_on: dict[str, dict[str, int]] = {}  # group -> node -> how many claims name it there
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -93,65 +107,92 @@ class Ledger:
         if cached is not None:
             return cached
         version, claims = entry.version, entry.claims
-        built = _build_view(node, entry.devices, entry.memory_mib, claims.values())
+        built = _build_view(node, entry.devices, entry.memory_mib, claims.values(), self._home)
         if entry.version == version:
             entry.view = built
         return built
 
+    def standing(self, namespace: str, pod_name: str, pod_uid: str) -> Standing | None:
+        """The BindRequest that stands as this pod's placement (not failed for good, written for this very pod,
+        the pod not bound yet), or None."""
+        member = member_of(namespace, pod_name)
+        with self._write:
+            sources = list(self._bind_requests_of.get(member, ()))
+            found = [self._bind_requests[source] for source in sources]
+        for bind_request in found:
+            owner = bindrequest.owner_pod_uid(bind_request)
+            if bindrequest.failed_for_good(bind_request) or (owner and pod_uid and owner != pod_uid):
+                continue
+            return standing_of(bind_request)
+        return None
+
     # -- informer events --------------------------------------------------------------------------------------
 
     def upsert_node(self, node: Mapping[str, Any]) -> None:
-        name = _meta(node).get("name", "")
+        name = meta(node).get("name", "")
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         devices = parse_go_uint(str(allocatable.get(names.NVIDIA_GPU, "0"))) or 0
-        memory = parse_go_uint(str((_meta(node).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
+        memory = parse_go_uint(str((meta(node).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
         with self._write:
             entry = self._nodes.setdefault(name, _NodeEntry())
+            grew = devices > entry.devices or memory != entry.memory_mib
             entry.devices, entry.memory_mib = devices, memory
             self._changed(entry)
+        if grew:
+            self.on_grown(name)
 
     def delete_node(self, node: Mapping[str, Any]) -> None:
-        name = _meta(node).get("name", "")
+        name = meta(node).get("name", "")
         with self._write:
             entry = self._nodes.pop(name, None)
             for source in list(entry.claims) if entry else []:
                 self._where.pop(source, None)
 
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
-        meta = _meta(pod)
-        source = f"pod/{meta.get('namespace')}/{meta.get('name')}"
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in _TERMINATED:
-            self._set_claim(source, None, None)
-            return
-        self._set_claim(source, node, self._pod_claim(pod))
+        member = pod_member(pod)
+        state = pod_state(pod)
+        claim = None if state.ended or not state.node else pod_claim(pod, self.reservation_namespace)
+        with self._write:
+            self._pods[member] = state
+            if meta(pod).get("namespace") == self.reservation_namespace:
+                self._set_home(pod, state)
+            self._set_claim(f"pod/{member}", state.node if claim else None, claim)
+            self._refresh_bind_requests(member)
+            self._settle_awaiting(member)
 
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
-        meta = _meta(pod)
-        self._set_claim(f"pod/{meta.get('namespace')}/{meta.get('name')}", None, None)
+        member = pod_member(pod)
+        with self._write:
+            self._pods.pop(member, None)
+            if meta(pod).get("namespace") == self.reservation_namespace:
+                self._set_home(pod, None)
+            self._set_claim(f"pod/{member}", None, None)
+            self._refresh_bind_requests(member)
+            if f"pending/{member}" in self._awaiting:
+                self._forget_pending(f"pending/{member}")  # the pod is gone: its decision is over
 
     def upsert_bind_request(self, bind_request: Mapping[str, Any]) -> None:
-        meta = _meta(bind_request)
-        spec = bind_request.get("spec") or {}
-        namespace = meta.get("namespace", "")
-        member = _member(namespace, spec.get("podName", ""))
-        source = f"br/{namespace}/{meta.get('name')}"
-        self._forget_pending(f"pending/{member}")
-        if _bind_request_is_over(bind_request):
-            self._set_claim(source, None, None)
-            return
-        node = spec.get("selectedNode")
-        if spec.get("receivedResourceType") != names.RECEIVED_TYPE_FRACTION:
-            self._set_claim(source, None, None)  # a whole-GPU pod is counted from the pod once bound
-            return
-        portion = parse_go_float(str((spec.get("receivedGPU") or {}).get("portion", "")))
-        share = to_hundredths(portion) if portion is not None and portion > 0 else FULL
-        groups = {group: share for group in spec.get("selectedGPUGroups") or []}
-        self._set_claim(source, node, Claim(member, groups=groups))
+        source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
+        member = bind_request_member(bind_request)
+        with self._write:
+            previous = self._bind_requests.get(source)
+            if previous is not None and bind_request_member(previous) != member:
+                self._bind_requests_of.get(bind_request_member(previous), set()).discard(source)
+            self._bind_requests[source] = dict(bind_request)
+            self._bind_requests_of.setdefault(member, set()).add(source)
+            self._refresh_bind_request(source)
+            self._settle_awaiting(member)
 
     def delete_bind_request(self, bind_request: Mapping[str, Any]) -> None:
-        meta = _meta(bind_request)
-        self._set_claim(f"br/{meta.get('namespace')}/{meta.get('name')}", None, None)
+        source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
+        with self._write:
+            previous = self._bind_requests.pop(source, None)
+            if previous is not None:
+                sources = self._bind_requests_of.get(bind_request_member(previous), set())
+                sources.discard(source)
+                if not sources:
+                    self._bind_requests_of.pop(bind_request_member(previous), None)
+            self._set_claim(source, None, None)
 
     # -- our own decisions ------------------------------------------------------------------------------------
 
@@ -165,12 +206,19 @@ class Ledger:
 
     def place(self, namespace: str, pod_name: str, request: GpuRequest, node: str, policy: Policy,
               new_group_id: Callable[[], str]) -> dict[str, int] | str:
-        """Bind's decision: check the node again under its bind lock and reserve the GPU groups the pod goes
-        to (group id -> hundredths), or say why it no longer fits. Filter's answer may be stale by now."""
+        """Bind's decision: check the node again under its bind lock and reserve what the pod gets — the GPU
+        groups of a shared request (group id -> hundredths), the devices of a whole-GPU request ({}) — or say
+        why it no longer fits. Filter's answer may be stale by now."""
         with self.bind_lock(node):
             view = self.view(node)
             if view is None:
                 return f'nodes "{node}" not found'
+            if not request.shared:
+                refusal = whole_refusal(request, view)
+                if refusal:
+                    return refusal
+                self.reserve(namespace, pod_name, node, {}, whole=request.whole)
+                return {}
             outcome = fit(request, view, policy)
             if isinstance(outcome, str):
                 return outcome
@@ -178,18 +226,35 @@ class Ledger:
             self.reserve(namespace, pod_name, node, groups)
             return groups
 
-    def reserve(self, namespace: str, pod_name: str, node: str, groups: Mapping[str, int]) -> None:
-        """Count a decision before its BindRequest is in the cache (dropped when it is, or by `release`)."""
-        source = f"pending/{_member(namespace, pod_name)}"
-        self._set_claim(source, node, Claim(_member(namespace, pod_name), groups=dict(groups)))
-        self._pending_since[source] = self._clock()
+    def reserve(self, namespace: str, pod_name: str, node: str, groups: Mapping[str, int], whole: int = 0) -> None:
+        """Count a decision while its bind call runs (dropped by `release`, or by `expire_pending`)."""
+        member = member_of(namespace, pod_name)
+        source = f"pending/{member}"
+        with self._write:
+            self._set_claim(source, node, Claim(member, whole=whole, groups=dict(groups)))
+            self._pending_since[source] = self._clock()
 
-    def release(self, namespace: str, pod_name: str) -> None:
-        """The decision did not happen (its BindRequest could not be created, or failed and was deleted)."""
-        self._forget_pending(f"pending/{_member(namespace, pod_name)}")
+    def release(self, namespace: str, pod_name: str, bind_request_uid: str = "") -> None:
+        """The bind call is over. Without `bind_request_uid` the decision did not happen and is dropped now;
+        with it, the decision is that BindRequest's, and counts until the cache shows that BindRequest (or the
+        pod bound or gone), so that nothing is uncounted in between."""
+        member = member_of(namespace, pod_name)
+        source = f"pending/{member}"
+        with self._write:
+            if bind_request_uid and source in self._pending_since and not self._seen(member, bind_request_uid):
+                self._awaiting[source] = bind_request_uid
+                return
+            self._forget_pending(source)
+
+    def _seen(self, member: str, bind_request_uid: str) -> bool:
+        state = self._pods.get(member)
+        if state is not None and (state.node or state.ended):
+            return True
+        return any(str(meta(self._bind_requests[source]).get("uid") or "") == bind_request_uid
+                   for source in self._bind_requests_of.get(member, ()))
 
     def expire_pending(self) -> int:
-        """Drop our decisions older than PENDING_TTL_S whose BindRequest never appeared; how many."""
+        """Drop our decisions older than PENDING_TTL_S; how many."""
         now = self._clock()
         stale = [source for source, since in list(self._pending_since.items()) if now - since > PENDING_TTL_S]
         for source in stale:
@@ -199,48 +264,80 @@ class Ledger:
     # -- internals --------------------------------------------------------------------------------------------
 
     def _forget_pending(self, source: str) -> None:
-        if self._pending_since.pop(source, None) is not None:
-            self._set_claim(source, None, None)
+        with self._write:
+            self._awaiting.pop(source, None)
+            if self._pending_since.pop(source, None) is not None:
+                self._set_claim(source, None, None)
 
-    def _pod_claim(self, pod: Mapping[str, Any]) -> Claim | None:
-        meta = _meta(pod)
-        member = _member(meta.get("namespace", ""), meta.get("name", ""))
-        labels = meta.get("labels") or {}
-        if meta.get("namespace") == self.reservation_namespace:
-            group = labels.get(names.GPU_GROUP_LABEL)
-            # A reservation pod holds one device for its group; one without a group is a whole GPU.
-            return Claim(member, groups={group: 0}) if group else Claim(member, whole=1)
-        groups = [value for key, value in labels.items()
-                  if key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)]
-        if not groups:
-            whole = whole_gpus_of(pod)
-            return Claim(member, whole=whole) if whole else None
-        try:
-            request = request_of(pod)
-        except InvalidRequest:
-            request = None
-        if request is not None and request.memory_mib is not None:
-            return Claim(member, memory_groups={group: request.memory_mib for group in set(groups)})
-        share = request.fraction if request is not None and request.fraction is not None else FULL
-        return Claim(member, groups={group: share for group in set(groups)})
+    def _settle_awaiting(self, member: str) -> None:
+        source = f"pending/{member}"
+        uid = self._awaiting.get(source)
+        if uid is not None and self._seen(member, uid):
+            self._forget_pending(source)
+
+    def _refresh_bind_requests(self, member: str) -> None:
+        for source in list(self._bind_requests_of.get(member, ())):
+            self._refresh_bind_request(source)
+
+    def _refresh_bind_request(self, source: str) -> None:
+        bind_request = self._bind_requests[source]
+        outcome = bind_request_claim(bind_request, self._pods.get(bind_request_member(bind_request)))
+        node, claim = outcome if outcome else (None, None)
+        self._set_claim(source, node, claim)
+
+    def _set_home(self, reservation_pod: Mapping[str, Any], state: PodState | None) -> None:
+        group = (meta(reservation_pod).get("labels") or {}).get(names.GPU_GROUP_LABEL)
+        if not group:
+            return
+        home = state.node if state is not None and not state.ended else None
+        if self._home.get(group) == home:
+            return
+        if home is None:
+            self._home.pop(group, None)
+        else:
+            self._home[group] = home
+        for node in self._claimed_on.get(group, {}):
+            if node in self._nodes:
+                self._changed(self._nodes[node])
 
     def _set_claim(self, source: str, node: str | None, claim: Claim | None) -> None:
+        freed = None
         with self._write:
-            previous = self._where.pop(source, None)
-            if previous is not None and previous in self._nodes:
-                entry = self._nodes[previous]
+            previous = self._where.get(source)
+            entry = self._nodes.get(previous) if previous is not None else None
+            old = entry.claims.get(source) if entry is not None else None
+            if previous == node and old == claim:
+                return  # most updates (a pod's status, a BindRequest's phase) change nothing a node holds
+            self._where.pop(source, None)
+            if entry is not None and previous is not None:
                 claims = dict(entry.claims)
                 claims.pop(source, None)
+                if old is not None:
+                    self._count_groups(old.group_ids(), previous, -1)
                 entry.claims = claims
                 self._changed(entry)
-            if node is None or claim is None:
-                return
-            entry = self._nodes.setdefault(node, _NodeEntry())
-            claims = dict(entry.claims)
-            claims[source] = claim
-            entry.claims = claims
-            self._where[source] = node
-            self._changed(entry)
+                freed = previous
+            if node is not None and claim is not None:
+                entry = self._nodes.setdefault(node, _NodeEntry())
+                claims = dict(entry.claims)
+                claims[source] = claim
+                entry.claims = claims
+                self._count_groups(claim.group_ids(), node, +1)
+                self._where[source] = node
+                self._changed(entry)
+        if freed is not None:
+            self.on_freed(freed)
+
+    def _count_groups(self, groups: Iterable[str], node: str, delta: int) -> None:
+        for group in groups:
+            nodes = self._claimed_on.setdefault(group, {})
+            count = nodes.get(node, 0) + delta
+            if count > 0:
+                nodes[node] = count
+            else:
+                nodes.pop(node, None)
+                if not nodes:
+                    self._claimed_on.pop(group, None)
 
     @staticmethod
     def _changed(entry: _NodeEntry) -> None:
@@ -248,17 +345,24 @@ class Ledger:
         entry.view = None
 
 
-def _bind_request_is_over(bind_request: Mapping[str, Any]) -> bool:
-    """Failed for good, as the scheduler reads it (reference §2.6). A Succeeded one still counts: its pod may
-    not carry its group labels in our cache yet, and the member is counted once anyway."""
-    status = bind_request.get("status") or {}
-    if status.get("phase") != names.PHASE_FAILED:
-        return False
-    limit = (bind_request.get("spec") or {}).get("backoffLimit")
-    return limit is None or int(status.get("failedAttempts") or 0) >= int(limit)
+def standing_of(bind_request: Mapping[str, Any]) -> Standing:
+    spec = bind_request.get("spec") or {}
+    return Standing(meta(bind_request).get("name", ""), str(meta(bind_request).get("uid") or ""),
+                    spec.get("selectedNode") or "", tuple(bindrequest.selected_gpu_groups(bind_request)),
+                    (bind_request.get("status") or {}).get("phase") or "", dict(bind_request))
 
 
-def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any) -> NodeGpus:
+def whole_refusal(request: GpuRequest, view: NodeGpus) -> str:
+    """Why a whole-GPU request does not fit the node's free devices ("" when it does). The kube-scheduler's own
+    resource fit cannot see GPU groups whose reservation pods do not exist yet, nor binds in flight."""
+    if request.whole <= view.free_devices:
+        return ""
+    in_groups = len(view.groups)
+    return (f"{view.devices} GPUs, {view.free_devices} free ({view.whole_in_use} whole, {in_groups} shared in GPU "
+            f"groups); {request.whole} whole GPU(s) requested")
+
+
+def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str]) -> NodeGpus:
     view = NodeGpus(node, devices, memory_mib)
     shares: dict[tuple[str, str], int] = {}
     whole: dict[str, int] = {}
@@ -273,4 +377,5 @@ def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any) ->
     view.whole_in_use = sum(whole.values())
     for (group, _), share in shares.items():
         view.groups[group] = view.groups.get(group, 0) + share
+    view.foreign = frozenset(group for group in view.groups if home.get(group, node) != node)
     return view

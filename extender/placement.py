@@ -108,6 +108,8 @@ class NodeGpus:
     memory_mib: int | None
     whole_in_use: int = 0
     groups: dict[str, int] = field(default_factory=dict)  # group id -> hundredths in use
+    # Groups named on this node whose reservation pod lives on another: they count here, but nobody joins them.
+    foreign: frozenset[str] = frozenset()
     # Answers already worked out for this view (the ledger builds a new view whenever the node's pods change,
     # so they never go stale): a burst of similar pods costs a lookup per node instead of a placement.
     answers: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -117,7 +119,12 @@ class NodeGpus:
         return max(0, self.devices - self.whole_in_use - len(self.groups))
 
     def copy(self) -> NodeGpus:
-        return NodeGpus(self.name, self.devices, self.memory_mib, self.whole_in_use, dict(self.groups))
+        return NodeGpus(self.name, self.devices, self.memory_mib, self.whole_in_use, dict(self.groups), self.foreign)
+
+    def joinable(self, share: int) -> list[tuple[int, str]]:
+        """(used, group) of the groups of this node that have room for `share`."""
+        return [(used, group) for group, used in self.groups.items()
+                if used + share <= FULL and group not in self.foreign]
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,7 @@ def _fit(request: GpuRequest, node: NodeGpus, policy: Policy) -> Fit | str:
         return share
     # Binpack joins the fullest groups first (best fit), spread the emptiest; the group id breaks ties.
     order = (lambda item: (-item[0], item[1])) if policy is Policy.BINPACK else (lambda item: item)
-    joinable = [(used, group) for group, used in node.groups.items() if used + share <= FULL]
+    joinable = node.joinable(share)
     needed = request.devices
     if needed == 1 and joinable:
         joinable = [min(joinable, key=order)]  # the one a single device takes; no need to sort them all
@@ -180,7 +187,7 @@ def _fit(request: GpuRequest, node: NodeGpus, policy: Policy) -> Fit | str:
 
 def _refusal(request: GpuRequest, node: NodeGpus, share: int) -> str:
     free = node.free_devices
-    largest = max((FULL - used for used in node.groups.values()), default=0)
+    largest = max((FULL - used for group, used in node.groups.items() if group not in node.foreign), default=0)
     free_text = "none free" if free == 0 else f"{free} free"
     wanted = f"{share / FULL:.2f} requested" + ("" if request.devices == 1 else f" on each of {request.devices}")
     return (f"{node.devices} GPUs, {free_text}; largest free share "
@@ -206,7 +213,7 @@ def _fits(request: GpuRequest, node: NodeGpus) -> bool | str:
     free = node.free_devices
     if free >= request.devices:
         return True
-    joinable = sum(1 for used in node.groups.values() if used + share <= FULL)
+    joinable = len(node.joinable(share))
     return True if joinable + free >= request.devices else _refusal(request, node, share)
 
 

@@ -38,8 +38,12 @@ class ExtenderMetrics:
                                       registry=registry)
         self.binds = Counter("fracgpu_extender_binds_total",
                              "Bind calls by outcome: bound, failed (the binder's reason went back), refused "
-                             "(the node filled up since filter), error (bad request)", ["outcome"],
+                             "(the node filled up since filter, or the pod's BindRequest places it elsewhere), "
+                             "error (bad request)", ["outcome"],
                              registry=registry)
+        self.requeues = Counter("fracgpu_extender_requeues_total",
+                                "Pending pods the extender had refused everywhere, woken for the scheduler once GPUs "
+                                "they fit were freed, by outcome (patched, failed)", ["outcome"], registry=registry)
         self.bind_to_bound = Histogram("fracgpu_extender_bind_to_bound_seconds",
                                        "From the scheduler's bind call to the pod bound",
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25), registry=registry)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import names
-from extender.ledger import Ledger
+from extender.ledger import Ledger, Standing, standing_of, whole_refusal
 from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, placements, request_of, scores
 
 log = logging.getLogger("extender.verbs")
@@ -25,20 +25,47 @@ NOT_IN_CACHE = "node is not in the extender's cache yet"
 
 @dataclass(frozen=True)
 class BindOutcome:
-    """What became of a BindRequest: bound, or the reason it was not."""
+    """What became of a BindRequest: bound, or the reason it was not. `over`: it is failed for good (or never
+    stood), so it may be deleted; otherwise the binder may still act on it and it stays."""
 
     bound: bool
     reason: str = ""
+    over: bool = True
+
+
+class StandingBindRequest(Exception):
+    """The pod already has a BindRequest that is not failed for good: it is the pod's placement until it ends."""
+
+    def __init__(self, bind_request: dict[str, Any]) -> None:
+        super().__init__(f'BindRequest "{(bind_request.get("metadata") or {}).get("name")}" stands')
+        self.bind_request = bind_request
 
 
 class BindRequests(Protocol):
     """The API calls bind needs (extender/bind.py implements them on the API server)."""
 
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create it; raises StandingBindRequest when the pod already has one that stands."""
 
     def wait(self, bind_request: dict[str, Any], timeout_s: float) -> BindOutcome: ...
 
     def delete(self, bind_request: dict[str, Any]) -> None: ...
+
+
+class Requeue(Protocol):
+    """Told which pods the extender refused everywhere and which it placed (extender/requeue.py)."""
+
+    def refused(self, pod: dict[str, Any], request: GpuRequest, node_names: list[str]) -> None: ...
+
+    def placed(self, namespace: str, name: str) -> None: ...
+
+
+class _NoRequeue:
+    def refused(self, pod: dict[str, Any], request: GpuRequest, node_names: list[str]) -> None:
+        pass
+
+    def placed(self, namespace: str, name: str) -> None:
+        pass
 
 
 def _pod_key(pod: dict[str, Any]) -> dict[str, Any]:
@@ -46,28 +73,52 @@ def _pod_key(pod: dict[str, Any]) -> dict[str, Any]:
     return {"pod": meta.get("name"), "namespace": meta.get("namespace")}
 
 
+def _standing_refusal(namespace: str, name: str, standing: Standing, node: str) -> str:
+    return (f'pod "{namespace}/{name}" already has {standing.describe()}; it stands until the binder binds the pod '
+            f'or fails it for good, so node "{node}" cannot take it')
+
+
 class Verbs:
     def __init__(self, ledger: Ledger, bind_requests: BindRequests,
                  find_pod: Callable[[str, str], dict[str, Any] | None], policy: Policy = Policy.BINPACK,
                  bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-                 on_bind: Callable[[str], None] = lambda outcome: None) -> None:
+                 on_bind: Callable[[str], None] = lambda outcome: None, requeue: Requeue | None = None) -> None:
         self.ledger = ledger
         self.bind_requests = bind_requests
         self.find_pod = find_pod
         self.policy = policy
         self.bind_timeout_s = bind_timeout_s
         self.new_group_id = new_group_id
-        # Told how each bind ended: bound, refused (the node filled up since filter), failed, error (bad request).
+        # Told how each bind ended: bound, refused (the node filled up since filter, or the pod's BindRequest
+        # places it elsewhere), failed, error (bad request).
         self.on_bind = on_bind
+        self.requeue = requeue or _NoRequeue()
 
     def filter(self, pod: dict[str, Any], node_names: list[str]) -> tuple[list[str], dict[str, str]]:
         """Nodes that can take the pod, and a reason for each that cannot. Raises InvalidRequest."""
         request = request_of(pod)
-        if not request.shared:
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        standing = self.ledger.standing(namespace, name, meta.get("uid", ""))
+        if standing is not None:
+            # Its GPUs are counted already: only its own node may take it, and without a second placement.
+            fitting = [node for node in node_names if node == standing.node]
+            refused = {node: _standing_refusal(namespace, name, standing, node)
+                       for node in node_names if node != standing.node}
+        elif not request.shared and not request.whole:
             return list(node_names), {}
-        views, refused = self._views(node_names)
-        fitting, not_fitting = filter_nodes(request, views)
-        refused.update(not_fitting)
+        else:
+            views, refused = self._views(node_names)
+            if request.shared:
+                fitting, not_fitting = filter_nodes(request, views)
+            else:
+                not_fitting = {view.name: why for view in views if (why := whole_refusal(request, view))}
+                fitting = [view.name for view in views if view.name not in not_fitting]
+            refused.update(not_fitting)
+        if fitting:
+            self.requeue.placed(namespace, name)
+        else:
+            self.requeue.refused(pod, request, list(node_names))
         return fitting, refused
 
     def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> dict[str, int]:
@@ -90,7 +141,11 @@ class Verbs:
         return self.bind(pod, node)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
-        """Hand the pod to the binder through a BindRequest; "" once bound, else why not."""
+        """Hand the pod to the binder through a BindRequest; "" once bound, else why not.
+
+        A BindRequest of this pod that stands (an earlier call's, a previous extender process's, the KAI
+        scheduler's) is the pod's placement: a bind to its node waits on it, a bind elsewhere is refused with its
+        name, and it is never deleted or replaced (the binder may be working on it)."""
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         fields = {**_pod_key(pod), "node": node}
@@ -99,30 +154,59 @@ class Verbs:
         except InvalidRequest as error:
             self.on_bind("error")
             return f'pod "{namespace}/{name}": {error}'
+        standing = self.ledger.standing(namespace, name, meta.get("uid", ""))
+        if standing is not None:
+            return self._bind_standing(namespace, name, standing.bind_request, node, fields)
         groups: dict[str, int] | None = None
-        if request.shared:
+        if request.shared or request.whole:
             placed = self.ledger.place(namespace, name, request, node, self.policy, self.new_group_id)
             if isinstance(placed, str):
                 log.info("bind refused: the node no longer fits", extra={**fields, "fields": {"reason": placed}})
                 self.on_bind("refused")
                 return f'node "{node}" cannot take pod "{namespace}/{name}" any more: {placed}'
-            groups = placed
+            groups = placed or None
         manifest = bind_request_manifest(pod, node, request, groups)
         try:
             created = self.bind_requests.create(manifest)
+        except StandingBindRequest as standing_error:
+            self.ledger.release(namespace, name)
+            return self._bind_standing(namespace, name, standing_error.bind_request, node, fields)
         except Exception as error:  # noqa: BLE001 - any API failure is the scheduler's to retry
             self.ledger.release(namespace, name)
             log.warning("cannot create the BindRequest", extra={**fields, "fields": {"error": str(error)}})
             self.on_bind("failed")
             return f'cannot create BindRequest for pod "{namespace}/{name}": {error}'
-        outcome = self.bind_requests.wait(created, self.bind_timeout_s)
+        return self._wait(namespace, name, created, fields)
+
+    def _bind_standing(self, namespace: str, name: str, bind_request: dict[str, Any], node: str,
+                       fields: dict[str, Any]) -> str:
+        spec = bind_request.get("spec") or {}
+        if spec.get("selectedNode") != node:
+            standing = standing_of(bind_request)
+            log.info("bind refused: the pod's BindRequest places it elsewhere", extra={**fields, "fields": {
+                "bind_request": standing.name, "selected_node": standing.node}})
+            self.on_bind("refused")
+            return _standing_refusal(namespace, name, standing, node)
+        # The scheduler came back to the node of the pod's own BindRequest (after a restart, a lost answer): wait on
+        # that one; placing the pod a second time would count it twice.
+        log.info("waiting on the pod's existing BindRequest", extra={**fields, "fields": {
+            "bind_request": (bind_request.get("metadata") or {}).get("name")}})
+        return self._wait(namespace, name, bind_request, fields)
+
+    def _wait(self, namespace: str, name: str, bind_request: dict[str, Any], fields: dict[str, Any]) -> str:
+        outcome = self.bind_requests.wait(bind_request, self.bind_timeout_s)
+        uid = str((bind_request.get("metadata") or {}).get("uid") or "")
         if outcome.bound:
+            self.ledger.release(namespace, name, uid)
             log.info("pod bound through its BindRequest", extra=fields)
             self.on_bind("bound")
             return ""
-        # The scheduler will try the pod again; a failed BindRequest left behind would still hold its groups.
-        self.bind_requests.delete(created)
-        self.ledger.release(namespace, name)
+        if outcome.over:
+            # Failed for good: it holds nothing and nobody acts on it; the scheduler's retry writes a new one.
+            self.bind_requests.delete(bind_request)
+            self.ledger.release(namespace, name)
+        else:
+            self.ledger.release(namespace, name, uid)  # it stands, and counts from the cache
         log.warning("bind failed", extra={**fields, "fields": {"reason": outcome.reason}})
         self.on_bind("failed")
         return outcome.reason

@@ -59,7 +59,7 @@ def test_gpu_memory_pods_and_whole_gpu_pods():
     assert view.groups == {"a": 25} and view.whole_in_use == 2 and view.free_devices == 1
 
 
-def test_our_decision_counts_until_its_bind_request_is_seen_or_released():
+def test_our_decision_counts_while_its_bind_call_runs_and_until_its_bind_request_is_seen():
     now = [0.0]
     ledger = Ledger(clock=lambda: now[0])
     ledger.upsert_node(node("n1", gpus=1))
@@ -68,16 +68,86 @@ def test_our_decision_counts_until_its_bind_request_is_seen_or_released():
     assert groups == {"g0": 60}
     assert ledger.place("ns", "p2", GpuRequest(fraction=60), "n1", Policy.BINPACK, lambda: next(ids)) == \
         "1 GPUs, none free; largest free share 0.40 < 0.60 requested"
-    ledger.upsert_bind_request(bind_request("p1", "n1", ["g0"], portion="0.60"))
+    # The call is over but the cache has not shown its BindRequest yet: the decision still counts.
+    ledger.release("ns", "p1", "uid-p1")
     assert ledger.view("n1").groups == {"g0": 60}
+    ledger.upsert_bind_request(bind_request("p1", "n1", ["g0"], portion="0.60", uid="uid-p1"))
+    assert ledger.view("n1").groups == {"g0": 60}
+    ledger.delete_bind_request(bind_request("p1", "n1", ["g0"]))
+    assert ledger.view("n1").groups == {}, "the decision was dropped once its BindRequest was seen"
     ledger.place("ns", "p3", GpuRequest(fraction=40), "n1", Policy.BINPACK, lambda: next(ids))
-    assert ledger.view("n1").groups == {"g0": 100}
-    ledger.release("ns", "p3")
-    assert ledger.view("n1").groups == {"g0": 60}
+    assert ledger.view("n1").groups == {"g1": 40}
+    ledger.release("ns", "p3")  # no BindRequest came of it
+    assert ledger.view("n1").groups == {}
     ledger.place("ns", "p4", GpuRequest(fraction=40), "n1", Policy.BINPACK, lambda: next(ids))
     now[0] = PENDING_TTL_S + 1
     assert ledger.expire_pending() == 1
-    assert ledger.view("n1").groups == {"g0": 60}
+    assert ledger.view("n1").groups == {}
+
+
+def test_a_bound_pod_counts_from_itself_and_its_bind_request_then_holds_nothing():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=2))
+    ledger.upsert_bind_request(bind_request("p", "n1", ["new"], owner="uid-p"))
+    assert ledger.view("n1").groups == {"new": 50}
+    # An earlier decision bound the pod into another group: the pod counts there, the losing BindRequest nowhere.
+    bound = fraction_pod("p", "n1", ["old"])
+    bound["metadata"]["uid"] = "uid-p"
+    ledger.upsert_pod(bound)
+    assert ledger.view("n1").groups == {"old": 50}
+    ledger.delete_pod(bound)
+    assert ledger.view("n1").groups == {"new": 50}, "a pod not (yet) in the cache: its BindRequest may still act"
+    ledger.upsert_bind_request(bind_request("p", "n1", ["new"], owner="uid-p", phase="Succeeded"))
+    assert ledger.view("n1").groups == {}, "it bound its pod, which is gone"
+
+
+def test_a_bind_request_of_a_replaced_pod_or_failed_for_good_holds_nothing_and_never_stands():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=2))
+    ledger.upsert_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-new"}, "spec": {},
+                       "status": {"phase": "Pending"}})
+    ledger.upsert_bind_request(bind_request("p", "n1", ["a"], owner="uid-old"))
+    assert ledger.view("n1").groups == {}
+    assert ledger.standing("ns", "p", "uid-new") is None
+    ledger.upsert_bind_request(bind_request("p", "n1", ["a"], owner="uid-new"))
+    assert ledger.standing("ns", "p", "uid-new").node == "n1"
+    retrying = bind_request("p", "n1", ["a"], owner="uid-new", phase="Failed")
+    retrying["spec"]["backoffLimit"] = 2
+    ledger.upsert_bind_request(retrying)
+    assert ledger.standing("ns", "p", "uid-new") is not None and ledger.view("n1").groups == {"a": 50}
+    ledger.upsert_bind_request(bind_request("p", "n1", ["a"], owner="uid-new", phase="Failed"))
+    assert ledger.standing("ns", "p", "uid-new") is None and ledger.view("n1").groups == {}
+
+
+def test_whole_gpu_binds_count_from_the_decision_and_regular_bind_requests_until_the_pod_is_bound():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=4))
+    ledger.upsert_pod(reservation_pod("g", "n1"))
+    assert ledger.place("ns", "w1", GpuRequest(whole=2), "n1", Policy.BINPACK, lambda: "x") == {}
+    assert ledger.view("n1").free_devices == 1
+    assert "4 GPUs, 1 free (2 whole, 1 shared in GPU groups); 2 whole GPU(s) requested" == \
+        ledger.place("ns", "w2", GpuRequest(whole=2), "n1", Policy.BINPACK, lambda: "x")
+    regular = {"metadata": {"name": "w1", "namespace": "ns", "uid": "br-w1"},
+               "spec": {"podName": "w1", "selectedNode": "n1", "receivedResourceType": "Regular",
+                        "receivedGPU": {"count": 2, "portion": "1.00"}}}
+    ledger.upsert_bind_request(regular)
+    ledger.release("ns", "w1", "br-w1")
+    assert ledger.view("n1").whole_in_use == 2, "the Regular BindRequest holds the devices until the pod is bound"
+    # Nor can new GPU groups take them meanwhile: "g" and one new device is all there is.
+    assert isinstance(ledger.place("ns", "f", GpuRequest(fraction=50, devices=3), "n1", Policy.BINPACK,
+                                   lambda: "new"), str)
+
+
+def test_a_group_is_joined_only_on_the_node_of_its_reservation_pod():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=2))
+    ledger.upsert_node(node("n2", gpus=2))
+    ledger.upsert_pod(reservation_pod("g", "n2"))
+    ledger.upsert_pod(fraction_pod("stray", "n1", ["g"], annotations={"gpu-fraction": "0.25"}))  # a wrong label
+    view = ledger.view("n1")
+    assert view.groups == {"g": 25} and view.foreign == {"g"}
+    assert fit(GpuRequest(fraction=25), view).groups_to_share == ()
+    assert fit(GpuRequest(fraction=25), ledger.view("n2")).groups_to_share == ("g",)
 
 
 def test_concurrent_binds_to_one_node_never_over_commit():

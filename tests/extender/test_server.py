@@ -8,19 +8,8 @@ from prometheus_client import CollectorRegistry
 
 from extender.ledger import Ledger
 from extender.server import ExtenderMetrics, ExtenderServer
-from extender.verbs import BindOutcome, Verbs
-from tests.extender.ledger_kit import node
-
-
-class InstantBinder:
-    def create(self, manifest):
-        return manifest
-
-    def wait(self, bind_request, timeout_s):
-        return BindOutcome(True)
-
-    def delete(self, bind_request):
-        raise AssertionError("nothing to delete after a successful bind")
+from extender.verbs import Verbs
+from tests.extender.ledger_kit import PlayedBinder, node
 
 
 def fraction_pod(name, fraction="0.5"):
@@ -35,7 +24,7 @@ def extender():
         ledger.upsert_node(node(name, gpus=gpus))
     pods = {("ns", "a"): fraction_pod("a", "0.75"), ("ns", "b"): fraction_pod("b")}
     registry = CollectorRegistry()
-    verbs = Verbs(ledger, InstantBinder(), lambda namespace, name: pods.get((namespace, name)))
+    verbs = Verbs(ledger, PlayedBinder(ledger), lambda namespace, name: pods.get((namespace, name)))
     server = ExtenderServer(("127.0.0.1", 0), verbs, ExtenderMetrics(registry))
     server.start()
     with requests.Session() as http:

@@ -9,7 +9,7 @@ from extender import protocol
 from extender.ledger import Ledger
 from extender.placement import request_of
 from extender.verbs import NOT_IN_CACHE, BindOutcome, Verbs, bind_request_manifest
-from tests.extender.ledger_kit import node
+from tests.extender.ledger_kit import PlayedBinder, bind_request, node
 
 BOUND = BindOutcome(True)
 
@@ -19,29 +19,12 @@ def pod(name="p", annotations=None, uid="uid-1"):
             "spec": {"containers": [{"name": "main"}]}}
 
 
-class FakeBindRequests:
-    def __init__(self, outcome=BOUND):
-        self.outcome = outcome
-        self.created = []
-        self.deleted = []
-
-    def create(self, manifest):
-        self.created.append(manifest)
-        return manifest
-
-    def wait(self, bind_request, timeout_s):
-        return self.outcome
-
-    def delete(self, bind_request):
-        self.deleted.append(bind_request)
-
-
 def verbs_with(nodes, outcome=BOUND):
     ledger = Ledger()
     for item in nodes:
         ledger.upsert_node(item)
     ids = iter(f"group-{i}" for i in range(100))
-    fake = FakeBindRequests(outcome)
+    fake = PlayedBinder(ledger, outcome)
     return Verbs(ledger, fake, lambda namespace, name: None, new_group_id=lambda: next(ids)), fake, ledger
 
 
@@ -83,7 +66,7 @@ def test_whole_gpu_and_cpu_pods_get_regular_bind_requests():
 def test_a_failed_bind_returns_the_binder_reason_deletes_the_bind_request_and_frees_the_share():
     verbs, fake, ledger = verbs_with([node("n1", gpus=1)], BindOutcome(False, "reservation pod failed"))
     assert verbs.bind(pod("a", {"gpu-fraction": "0.5"}), "n1") == "reservation pod failed"
-    assert fake.deleted == fake.created
+    assert [deleted["metadata"]["name"] for deleted in fake.deleted] == ["a"]
     assert ledger.view("n1").groups == {}
 
 
@@ -121,3 +104,64 @@ def test_both_node_cache_modes_round_trip():
         protocol.BindArgs("p", "ns", "u", "n1")
     with pytest.raises(protocol.BadRequest, match="missing node"):
         protocol.decode_bind_args(b'{"PodName": "p", "PodNamespace": "ns"}')
+
+
+def standing_bind_request(node_name, groups=("old-group",), phase=None, owner="uid-1"):
+    br = bind_request("p", node_name, list(groups), owner=owner, uid="br-standing", phase=phase)
+    return br
+
+
+def test_a_standing_bind_request_is_the_pods_placement_filter_offers_only_its_node():
+    verbs, _, ledger = verbs_with([node("n1", gpus=1), node("n2", gpus=1)])
+    ledger.upsert_bind_request(standing_bind_request("n1"))
+    fitting, refused = verbs.filter(pod("p", {"gpu-fraction": "0.5"}), ["n1", "n2"])
+    assert fitting == ["n1"]
+    assert refused == {"n2": 'pod "ns/p" already has BindRequest "p" (phase "") places it on node "n1" in GPU '
+                             "groups ['old-group']; it stands until the binder binds the pod or fails it for good, "
+                             'so node "n2" cannot take it'}
+
+
+def test_bind_elsewhere_is_refused_with_the_standing_bind_requests_name_and_replaces_nothing():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=1), node("n2", gpus=1)])
+    ledger.upsert_bind_request(standing_bind_request("n1"))
+    answer = verbs.bind(pod("p", {"gpu-fraction": "0.5"}), "n2")
+    assert 'already has BindRequest "p"' in answer and 'node "n2" cannot take it' in answer
+    assert fake.created == [] and fake.deleted == [] and fake.waited == []
+    assert ledger.view("n1").groups == {"old-group": 50} and ledger.view("n2").groups == {}
+
+
+def test_bind_to_the_standing_bind_requests_node_waits_on_it_without_placing_the_pod_again():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=1)])
+    ledger.upsert_bind_request(standing_bind_request("n1"))
+    assert verbs.bind(pod("p", {"gpu-fraction": "0.5"}), "n1") == ""
+    assert fake.created == [] and [br["metadata"]["uid"] for br in fake.waited] == ["br-standing"]
+    assert ledger.view("n1").groups == {"old-group": 50}
+
+
+def test_a_bind_request_the_cache_has_not_shown_yet_is_found_on_create_and_not_replaced():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=1), node("n2", gpus=1)])
+    fake.existing["p"] = standing_bind_request("n1")
+    answer = verbs.bind(pod("p", {"gpu-fraction": "0.5"}), "n2")
+    assert 'places it on node "n1"' in answer and fake.deleted == []
+    assert ledger.view("n2").groups == {}, "the refused decision is released"
+
+
+def test_a_bind_the_binder_did_not_finish_in_time_leaves_its_bind_request_standing_and_counted():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=1)], BindOutcome(False, "not yet", over=False))
+    assert verbs.bind(pod("p", {"gpu-fraction": "0.5"}), "n1") == "not yet"
+    assert fake.deleted == [] and ledger.view("n1").groups == {"group-0": 50}
+    assert ledger.standing("ns", "p", "uid-1").node == "n1"
+
+
+def test_whole_gpu_pods_are_refused_where_gpu_groups_took_the_devices_and_counted_from_their_bind():
+    verbs, fake, ledger = verbs_with([node("n1", gpus=2), node("n2", gpus=2)])
+    assert verbs.bind(pod("f", {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}), "n1") == ""
+    whole = pod("w")
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    fitting, refused = verbs.filter(whole, ["n1", "n2"])
+    assert fitting == ["n2"]
+    assert refused == {"n1": "2 GPUs, 0 free (0 whole, 2 shared in GPU groups); 2 whole GPU(s) requested"}
+    assert verbs.bind(whole, "n2") == ""
+    assert fake.created[-1]["spec"]["receivedResourceType"] == "Regular"
+    assert ledger.view("n2").whole_in_use == 2
+    assert verbs.filter(pod("g", {"gpu-fraction": "0.1"}), ["n2"])[0] == []

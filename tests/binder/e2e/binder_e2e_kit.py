@@ -100,6 +100,12 @@ def reservation_name(node: str, group: str) -> str:
     return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).digest()[:8].hex()
 
 
+def reservation_gpu(kube: KubeClient, namespace: str, node: str, group: str) -> str:
+    """The GPU id the group's reservation pod on `node` reports: the device the node player gave it."""
+    pod = kube.get(pod_path(namespace, reservation_name(node, group)))
+    return (pod["metadata"].get("annotations") or {})[names.RESERVE_FOR_GPU_INDEX]
+
+
 def configmaps(kube: KubeClient, namespace: str, pod: str) -> dict[str, dict]:
     prefix = f"{pod}-bcd2345-shared-gpu-0"
     found = {}

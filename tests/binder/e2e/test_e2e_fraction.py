@@ -11,6 +11,7 @@ from binder_e2e_kit import (
     make_bind_request,
     make_pod,
     pod_condition,
+    reservation_gpu,
     reservation_name,
     wait_for,
     wait_phase,
@@ -47,7 +48,9 @@ def test_fraction_with_one_group(binder, kube, namespace, reservation_namespace,
     assert pod["metadata"]["annotations"][names.RECEIVED_RESOURCE_TYPE] == "Fraction"
     cms = configmaps(kube, namespace, "f1")
     cap = cms["f1-bcd2345-shared-gpu-0"]
-    assert cap["data"] == {names.NVIDIA_VISIBLE_DEVICES: node_player.uuid_for(rsv_name),
+    gpu = rsv["metadata"]["annotations"][names.RESERVE_FOR_GPU_INDEX]
+    assert gpu in node_player.device_ids(node)  # the device the node gave the reservation pod
+    assert cap["data"] == {names.NVIDIA_VISIBLE_DEVICES: gpu,
                            names.GPU_PORTION: "0.50", names.RUNAI_NUM_OF_GPUS: "0.50"}
     assert cap["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "f1",
                                                    "uid": pod["metadata"]["uid"]}]
@@ -62,7 +65,8 @@ def test_fraction_with_two_groups(binder, kube, namespace, reservation_namespace
     wait_phase(kube, namespace, "f2", names.PHASE_SUCCEEDED)
     pod = kube.get(pod_path(namespace, "f2"))
     assert pod["metadata"]["labels"] == {"runai-gpu-group/g-one": "g-one", "runai-gpu-group/g-two": "g-two"}
-    ids = [node_player.uuid_for(reservation_name(node, g)) for g in ("g-one", "g-two")]
+    ids = [reservation_gpu(kube, reservation_namespace, node, g) for g in ("g-one", "g-two")]
+    assert len(set(ids)) == 2 and set(ids) <= set(node_player.device_ids(node))  # two groups, two devices
     cap = configmaps(kube, namespace, "f2")["f2-bcd2345-shared-gpu-0"]
     assert cap["data"][names.NVIDIA_VISIBLE_DEVICES] == ",".join(ids)
     assert cap["data"][names.GPU_PORTION] == "0.25"
@@ -70,14 +74,14 @@ def test_fraction_with_two_groups(binder, kube, namespace, reservation_namespace
         assert exists(kube, pod_path(reservation_namespace, reservation_name(node, group)))
 
 
-def test_fraction_cdi_mode(binder, kube, namespace, make_gpu_node, node_player):
+def test_fraction_cdi_mode(binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
     node = make_gpu_node()["metadata"]["name"]
     make_pod(kube, namespace, "f3", fraction="0.5")
     binder("--plugins", '{"gpusharing":{"arguments":{"cdiEnabled":"true"}}}')
     make_bind_request(kube, namespace, "f3", node, fraction_groups=["gc"])
     wait_phase(kube, namespace, "f3", names.PHASE_SUCCEEDED)
     cap = configmaps(kube, namespace, "f3")["f3-bcd2345-shared-gpu-0"]
-    uuid = node_player.uuid_for(reservation_name(node, "gc"))
+    uuid = reservation_gpu(kube, reservation_namespace, node, "gc")
     assert cap["data"][names.NVIDIA_VISIBLE_DEVICES] == f"k8s.device-plugin.nvidia.com/gpu={uuid}"
 
 

@@ -1,13 +1,23 @@
 """A reservation pod that no longer holds its GPU is never handed out again (M4).
 
-The node player plays the kubelet: it gives each reservation pod a GPU id and marks it Running. An eviction
-is played by writing `phase: Failed, reason: Evicted` on the reservation pod, as the kubelet does.
+The node player plays the kubelet: it gives each reservation pod a device of its node, whose id the pod reports,
+and marks it Running. An eviction is played by writing `phase: Failed, reason: Evicted` on the reservation pod,
+as the kubelet does.
 """
 
 from __future__ import annotations
 
 import pytest
-from binder_e2e_kit import configmaps, exists, make_bind_request, make_pod, reservation_name, wait_for, wait_phase
+from binder_e2e_kit import (
+    configmaps,
+    exists,
+    make_bind_request,
+    make_pod,
+    reservation_gpu,
+    reservation_name,
+    wait_for,
+    wait_phase,
+)
 
 from common import names
 from common.kube.client import pod_path
@@ -24,19 +34,20 @@ def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
     binder()
     make_bind_request(kube, namespace, "first", node, fraction_groups=["ge"])
     wait_phase(kube, namespace, "first", names.PHASE_SUCCEEDED)
-    old_gpu = node_player.uuid_for(rsv_name)
+    old_gpu = reservation_gpu(kube, reservation_namespace, node, "ge")
     kube.patch(pod_path(namespace, "first", "status"), {"status": {"phase": "Running"}})
 
     # The kubelet evicts the reservation pod (memory pressure): its GPU goes back to the device plugin.
     kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "Evicted"}})
-    node_player.uuids[rsv_name] = "GPU-after-eviction"  # a new reservation pod gets another device
+    # The node frees the evicted pod's device; it hands out the next free one to the new reservation pod.
     make_pod(kube, namespace, "second", fraction="0.5")
     make_bind_request(kube, namespace, "second", node, fraction_groups=["ge"])
 
     wait_phase(kube, namespace, "second", names.PHASE_SUCCEEDED)
     devices = configmaps(kube, namespace, "second")["second-bcd2345-shared-gpu-0"]["data"][names.NVIDIA_VISIBLE_DEVICES]
-    assert devices == "GPU-after-eviction" != old_gpu
     current = kube.get(rsv)
+    assert devices == current["metadata"]["annotations"][names.RESERVE_FOR_GPU_INDEX] != old_gpu
+    assert devices in node_player.device_ids(node)
     assert current["status"]["phase"] == "Running" and not current["metadata"].get("deletionTimestamp")
     # The first pod ran on a GPU that is no longer reserved: it is removed, as any pod without a reservation.
     wait_for("orphaned fraction pod removed", lambda: not exists(kube, pod_path(namespace, "first"))
