@@ -8,8 +8,8 @@ Runs `python -m binder` as a child process and measures, from a pod watch in thi
               binds/s from the first to the last pod bound;
   paced     — BindRequests created at --rate per second against a running binder: latency from the
               BindRequest create call returning to the pod's bind being seen on a watch (p50/p99);
-  fraction  — the same two, for Fraction BindRequests (two pods per GPU group) with an instant
-              reservation annotator standing in for the node;
+  fraction  — the same two, for Fraction BindRequests (two pods per GPU group), with the test bed's kubelet
+              model (testbed/nodeplayer.py) giving each reservation pod a device of its node and phase Running;
   rss       — binder RSS after its caches hold --rss-pods pods and --rss-nodes nodes.
 Prints a Markdown table for docs/benchmarks.md.
 """
@@ -17,6 +17,7 @@ Prints a Markdown table for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -32,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from common import names  # noqa: E402
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path  # noqa: E402
 from testbed.controlplane import ControlPlane  # noqa: E402
-from testbed.kube import api_client, apply_crds  # noqa: E402
+from testbed.kube import api_client, apply_crds, create_gpu_node  # noqa: E402
+from testbed.nodeplayer import NodePlayer  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 RSV_NS = "kai-resource-reservation"
@@ -73,29 +75,6 @@ class BoundWatcher:
             time.sleep(0.05)
         if len(self.bound) < count:
             raise RuntimeError(f"only {len(self.bound)}/{count} pods bound within {timeout}s")
-
-
-class Annotator:
-    """Writes a GPU UUID on every reservation pod as soon as it appears (an instant node)."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        rv = "0"
-        while True:
-            try:
-                for event in self.client.watch(pod_path(RSV_NS), {"resourceVersion": rv, "timeoutSeconds": "600"}):
-                    obj = event["object"]
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] == "ADDED" and names.RESERVE_FOR_GPU_INDEX not in (
-                            obj["metadata"].get("annotations") or {}):
-                        self.client.patch(pod_path(RSV_NS, obj["metadata"]["name"]), {"metadata": {"annotations": {
-                            names.RESERVE_FOR_GPU_INDEX: "GPU-" + obj["metadata"]["uid"]}}})
-            except ApiError:
-                time.sleep(0.1)
 
 
 def create_namespace(client: KubeClient, name: str) -> None:
@@ -248,12 +227,16 @@ def main() -> int:
     only = set(args.only.split(","))
     log = Path(tempfile.mkdtemp(prefix="bench-binder-")) / "binder.log"
     with ControlPlane(start_timeout=180) as plane:
-        apply_crds(api_client(plane), CRD)
+        admin = api_client(plane)
+        apply_crds(admin, CRD)
         client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
         create_namespace(client, RSV_NS)
         nodes = [f"bench-node-{i}" for i in range(10)]
+        # Room for every GPU group of a fraction run at once (node_of puts count / 2 groups round the nodes): the
+        # node player rejects a reservation pod that finds no free device.
+        gpus = max(8, math.ceil(args.count / 2 / len(nodes)))
         for node in nodes:
-            client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+            create_gpu_node(admin, node, gpus=gpus)
         rows = Rows()
         if "backlog" in only:
             r = run_backlog(plane, client, args, "bl-regular", nodes, False, log)
@@ -264,7 +247,8 @@ def main() -> int:
             rows.append((f"Regular, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
                          f"{r['p99_s'] * 1000:.0f}", "", "", ""))
         if "fraction" in only:
-            Annotator(client)
+            player = NodePlayer(client, RSV_NS)
+            player.start()
             r = run_backlog(plane, client, args, "bl-fraction", nodes, True, log)
             rows.append(("Fraction, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['bound_s']:.1f}",
                          f"{r['settled_s']:.1f}", f"{r['rss_mib']:.0f}"))

@@ -2,12 +2,14 @@
 every few minutes, on the test bed's real kube-apiserver and etcd.
 
     python benchmarks/bench_soak.py [--bind-requests 20000] [--rate 15] [--fraction-share 0.2] [--kill-every 150]
-                                    [--complete-after 120] [--retire-after 30] [--nodes 100] [--audit binder]
+                                    [--complete-after 120] [--retire-after 30] [--nodes 100] [--gpus-per-node 0]
+                                    [--audit binder]
 
 The scheduler simulator (testbed/schedsim.py) writes a BindRequest per pod at `--rate` a second (a `--fraction-share`
-of them gpu-fraction 0.5 pods, each on a GPU group of its own); the node player gives reservation pods their GPU
-ids. The cluster lives as a real one: a pod bound and reported finishes (phase Succeeded) `--complete-after`
-seconds later, so the reservation GC runs all along, and `--retire-after` seconds after that it is deleted with
+of them gpu-fraction 0.5 pods, each on a GPU group of its own); the node player (testbed/nodeplayer.py, the kubelet
+model) gives reservation pods devices of their node (`--gpus-per-node`) and those devices' ids. The cluster lives
+as a real one: a pod bound and reported finishes (phase Succeeded) `--complete-after` seconds later, so the
+reservation GC runs all along, and `--retire-after` seconds after that it is deleted with
 its BindRequest and ConfigMaps, as a Job's TTL and the garbage collector would, so the cluster holds about
 rate x (complete-after + retire-after) pods. Every `--kill-every` seconds the leader gets SIGKILL (its supervisor
 restarts it, as a standby).
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import random
 import shutil
@@ -280,6 +283,17 @@ class Workload:
         return len(pods), len(self.requests), backlog
 
 
+def gpus_per_node(args: argparse.Namespace) -> int:
+    """Devices per node with room for every GPU group alive at once, twice over: the scheduler simulator places
+    round the nodes without counting GPUs, and the node player rejects a reservation pod that finds none free. A
+    group lives from its pod's bind until the pod completes and the GC removes its reservation pod (within 30 s,
+    S10's bound; 60 s allowed here); with `--complete-after 0` every group lives to the end."""
+    fraction_pods = args.bind_requests * args.fraction_share
+    if args.complete_after > 0:
+        fraction_pods = min(fraction_pods, args.rate * args.fraction_share * (args.complete_after + 60))
+    return max(8, math.ceil(2 * fraction_pods / args.nodes))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bind-requests", type=int, default=20000)
@@ -292,6 +306,8 @@ def main() -> int:
     parser.add_argument("--retire-after", type=float, default=30.0,
                         help="finished pods are deleted with their BindRequest after this (<0: never)")
     parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--gpus-per-node", type=int, default=0,
+                        help="nvidia.com/gpu of each node (0: room for the live GPU groups, see gpus_per_node)")
     parser.add_argument("--qps", type=int, default=200, help="the binders' --qps (burst twice that)")
     parser.add_argument("--audit", choices=("binder", "full", "none"), default="binder")
     parser.add_argument("--sample-every", type=float, default=5.0)
@@ -325,7 +341,8 @@ def start(args: argparse.Namespace, plane: ControlPlane) -> int:
         apply_crds(api, CRD)
         client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
         namespace, reservations, leases = (create_namespace(api, prefix=p) for p in ("soak", "rsv", "lease"))
-        nodes = [create_gpu_node(api)["metadata"]["name"] for _ in range(args.nodes)]
+        gpus = args.gpus_per_node or gpus_per_node(args)
+        nodes = [create_gpu_node(api, gpus=gpus)["metadata"]["name"] for _ in range(args.nodes)]
         player = NodePlayer(client, reservations)
         player.start()
         sim = SchedulerSimulator(client, namespace, nodes, seed=1)

@@ -155,7 +155,7 @@ class BindRequestController:
             return
         node_name = spec["selectedNode"]
         if (attempt.pod.get("spec") or {}).get("nodeName"):
-            attempt.error = st.already_bound_error(attempt.pod, node_name)
+            attempt.error = st.already_bound_error(attempt.pod, node_name, bind_request)
             attempt.step = "bound_elsewhere" if attempt.error else "already_bound"
             if not attempt.error:
                 log.info("Pod is already bound to node", extra=fields)
@@ -190,8 +190,11 @@ class BindRequestController:
             self.pipeline.rollback(ctx)
             if ctx.found_bound_to:
                 # The pod is bound after all (docs/decisions.md §2.2, §2.3): that is what gets reported (M11).
-                attempt.error = st.already_bound_error({"spec": {"nodeName": ctx.found_bound_to},
-                                                        "metadata": attempt.pod.get("metadata") or {}}, node_name)
+                # Only the fresh read's labels tell which placement bound it; without it, the node alone decides.
+                bound = ctx.found_bound_pod or {"spec": {"nodeName": ctx.found_bound_to},
+                                                "metadata": attempt.pod.get("metadata") or {}}
+                attempt.error = st.already_bound_error(bound, node_name,
+                                                       bind_request if ctx.found_bound_pod else None)
                 attempt.step = "bound_elsewhere" if attempt.error else "bound"
             elif transient_cause(failure) is not None:
                 attempt.step = TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
@@ -224,7 +227,7 @@ class BindRequestController:
         attempt.pod = current
         node_name = st.spec(attempt.bind_request)["selectedNode"]
         if (current.get("spec") or {}).get("nodeName"):
-            attempt.error = st.already_bound_error(current, node_name)
+            attempt.error = st.already_bound_error(current, node_name, attempt.bind_request)
             attempt.step = "bound_elsewhere" if attempt.error else "bound"
             if not attempt.error:
                 log.info("the earlier binding went through after all: the pod is bound", extra=fields)

@@ -240,6 +240,7 @@ class Pipeline:
                         current["spec"]["nodeName"], extra=fields)
             if (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid"):
                 ctx.found_bound_to = current["spec"]["nodeName"]
+                ctx.found_bound_pod = current
             return []
         if current is not None:
             ctx.pod = current  # label removal must see the labels the server has, not our copy's

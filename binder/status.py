@@ -236,14 +236,28 @@ def report(bind_request: dict[str, Any], error: str | None) -> PodReport:
                      f"Failed to bind pod {namespace}/{s.get('podName', '')} to node {node}: {error}")
 
 
-def already_bound_error(pod: dict[str, Any], selected_node: str) -> str | None:
-    """None when the pod is unbound or bound to the selected node; otherwise why that is a failure."""
+def already_bound_error(pod: dict[str, Any], selected_node: str,
+                        bind_request: dict[str, Any] | None = None) -> str | None:
+    """None when the pod is unbound, or bound to the selected node (and, for a Fraction BindRequest, in exactly
+    its GPU groups); otherwise why that is a failure. A success must never name groups the pod is not in: every
+    reader of BindRequests would count the pod in the wrong group."""
     bound_to = (pod.get("spec") or {}).get("nodeName") or ""
-    if not bound_to or bound_to == selected_node:
+    if not bound_to:
         return None
     meta = pod.get("metadata") or {}
-    return (f"pod {meta.get('namespace', '')}/{meta.get('name', '')} is already bound to node {bound_to}, "
-            f"not to the selected node {selected_node}")
+    ref = f"pod {meta.get('namespace', '')}/{meta.get('name', '')}"
+    if bound_to != selected_node:
+        return f"{ref} is already bound to node {bound_to}, not to the selected node {selected_node}"
+    if bind_request is None or not is_fraction(bind_request):
+        return None
+    selected = sorted({group for group in spec(bind_request).get("selectedGPUGroups") or [] if group})
+    labels = meta.get("labels") or {}
+    held = sorted({value for key, value in labels.items() if value and (
+        key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
+    if held == selected:
+        return None
+    return (f"{ref} is already bound to node {bound_to} in GPU groups {held}, not in the selected GPU groups "
+            f"{selected}: an earlier placement bound it")
 
 
 def now_rfc3339() -> str:

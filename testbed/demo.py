@@ -2,8 +2,9 @@
 
 Starts etcd and kube-apiserver, applies the manifests, runs the certificate tool, the admission webhook
 and the binder as local processes, creates fake GPU nodes, submits fractional pods with hamicore on, plays
-the node for the reservation pods (running the real reservation program in fake-GPU mode), and prints what
-each pod got. Everything stops on exit or Ctrl-C. Two modes:
+the nodes' kubelet for the reservation pods (testbed/nodeplayer.py: each gets a device of its node, and the real
+reservation program, whose NVML stand-in sees that one device, reports its id), and prints what each pod got.
+Everything stops on exit or Ctrl-C. Two modes:
 
 - `--mode stock` (the default): the stock kube-scheduler with the fracgpu extender (the stock-scheduler
   component) places the pods a user creates: two half-GPU pods share one GPU, a gpu-memory pod gets its own.
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import requests
 
 from common import names
+from common.kube.client import KubeClient
 from testbed.controlplane import ControlPlane
 from testbed.kube import KubeSession, http_session, wait_for
 from testbed.local_deploy import (
@@ -39,6 +41,7 @@ from testbed.local_deploy import (
     shipped_args,
 )
 from testbed.manifests import MANIFESTS, apply, find, render
+from testbed.nodeplayer import NodePlayer
 from testbed.procs import free_port
 from testbed.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
 from testbed.webhook import AdmissionProcess
@@ -46,6 +49,7 @@ from testbed.webhook import AdmissionProcess
 GPU_MEMORY_MIB = 40960
 NODES = ("gpu-node-1", "gpu-node-2")
 DEMO_NAMESPACE = "demo"
+FAKE_NVML = Path(__file__).resolve().parent / "fakenvml"
 BINDREQUESTS = f"/apis/{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}/namespaces/{DEMO_NAMESPACE}/bindrequests"
 
 
@@ -69,8 +73,9 @@ class Demo:
         self.control_plane = ControlPlane(workdir=workdir / "control-plane")
         self.programs: list[Program] = []
         self.admission: AdmissionProcess | None = None
-        self.stop_event = threading.Event()
         self.session: KubeSession | None = None
+        self.player: NodePlayer | None = None
+        self.reservation_kubeconfig: Path | None = None
 
     # ------------------------------------------------------------------ setup
     def start_control_plane(self) -> KubeSession:
@@ -182,30 +187,23 @@ class Demo:
 
     # ------------------------------------------------------------------ the node's part
     def play_nodes(self) -> None:
-        """The kubelet's part for reservation pods: mark them Running and start the real reservation
-        program in each (fake-GPU mode, as ServiceAccount kai-resource-reservation)."""
-        assert self.session is not None
-        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, RESERVATION, RESERVATION)
-        served: set[str] = set()
-        while not self.stop_event.is_set():
-            try:
-                pods = self.session.get(f"/api/v1/namespaces/{RESERVATION}/pods").json().get("items", [])
-            except requests.RequestException:
-                pods = []
-            for pod in pods:
-                name = pod["metadata"]["name"]
-                if name in served or pod["metadata"].get("deletionTimestamp"):
-                    continue
-                served.add(name)
-                try:
-                    set_pod_running_raw(self.session, RESERVATION, name)
-                except requests.RequestException:
-                    served.discard(name)
-                    continue
-                self.programs.append(Program(
-                    ["binder.reservation", "--fake-gpu", "--kubeconfig", str(kubeconfig)],
-                    self.workdir / f"reservation-{name}.log", env={"POD_NAME": name, "POD_NAMESPACE": RESERVATION}))
-            self.stop_event.wait(0.2)
+        """The kubelets' part for reservation pods: the node player admits each with a device of its node, and
+        starts the real reservation program in it (as ServiceAccount kai-resource-reservation)."""
+        self.reservation_kubeconfig = kubeconfig_for(self.control_plane, self.workdir, RESERVATION, RESERVATION)
+        client = KubeClient.from_kubeconfig(str(self.control_plane.admin_kubeconfig), qps=0, burst=1)
+        self.player = NodePlayer(client, RESERVATION, start_reservation=self.start_reservation_program)
+        self.player.start()
+
+    def start_reservation_program(self, pod: dict[str, Any], device: str) -> None:
+        """The container the kubelet starts: NVIDIA_VISIBLE_DEVICES names the device it was given, and the NVML
+        stand-in (testbed/fakenvml) shows the program that GPU only, so it reports that id by its NVML path."""
+        assert self.reservation_kubeconfig is not None
+        name = pod["metadata"]["name"]
+        self.programs.append(Program(
+            ["binder.reservation", "--kubeconfig", str(self.reservation_kubeconfig)],
+            self.workdir / f"reservation-{name}.log",
+            env={"POD_NAME": name, "POD_NAMESPACE": RESERVATION, "NVIDIA_VISIBLE_DEVICES": device,
+                 "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKE_NVML), os.environ.get("PYTHONPATH")]))}))
 
     # ------------------------------------------------------------------ the workload
     def submit(self, session: KubeSession) -> list[tuple[str, str]]:
@@ -298,7 +296,7 @@ class Demo:
         self.create_nodes(session)
         if self.mode == "stock":
             self.start_scheduler(documents)
-        threading.Thread(target=self.play_nodes, name="node-player", daemon=True).start()
+        self.play_nodes()
         submitted = self.submit(session)
         print()
         print(self.table(session, submitted), flush=True)
@@ -311,7 +309,8 @@ class Demo:
 
     def stop(self) -> None:
         say("stopping binder, webhook, reservation programs and control plane")
-        self.stop_event.set()
+        if self.player is not None:
+            self.player.stop()
         for child in self.children:
             child.stop()
         for program in self.programs:

@@ -155,9 +155,11 @@ class NodePlayer:
         self._started.discard(uid)
         self._todo.pop(uid, None)
 
-    def _serve(self, pod: dict) -> None:
-        """Do what the node has to do for `pod` now; what cannot be done yet goes to the to-do list."""
+    def _serve(self, pod: dict) -> bool:
+        """Do what the node has to do for `pod` now; what cannot be done yet goes to the to-do list. False when
+        the API server failed to answer."""
         uid = (pod.get("metadata") or {}).get("uid", "")
+        answered = True
         try:
             done = self._reconcile(pod)
         except ApiError as error:
@@ -165,6 +167,7 @@ class NodePlayer:
             if done:
                 self._forget(uid)
             else:
+                answered = False
                 log.info("node player: %s/%s: %s", pod["metadata"].get("namespace"), pod["metadata"].get("name"),
                          error)
         except OSError as error:  # start_reservation could not start the program
@@ -174,11 +177,13 @@ class NodePlayer:
             self._todo.pop(uid, None)
         else:
             self._todo[uid] = pod
+        return answered
 
     def _retry(self, namespace: str | None) -> None:
         for pod in list(self._todo.values()):
             if namespace is None or pod["metadata"].get("namespace") == namespace:
-                self._serve(pod)
+                if not self._serve(pod):
+                    return  # the API server is not answering (one timeout is enough): the next pass goes on
 
     def _reconcile(self, pod: dict) -> bool:
         """True when nothing is left to do for `pod` until it changes."""
@@ -328,9 +333,13 @@ class NodePlayer:
             first_complete = len(self._synced) < len(self.namespaces)
             self._synced.add(namespace)
             first_complete = first_complete and len(self._synced) == len(self.namespaces)
+            answered = True
             for pod in items:
-                self._serve(pod)
-            if first_complete:
+                if answered:
+                    answered = self._serve(pod)
+                else:  # the API server stopped answering: the next pass serves the rest
+                    self._todo[(pod.get("metadata") or {}).get("uid", "")] = pod
+            if first_complete and answered:
                 self._retry(None)  # pods of other namespaces that waited for every namespace's list
         return (listed.get("metadata") or {}).get("resourceVersion", "")
 

@@ -1,8 +1,8 @@
 """A whole stock-scheduler installation on the test bed, for tests and benchmarks: a namespace matched by the
 webhook, a reservation namespace, the webhook (`--scheduler-name fracgpu-scheduler`), the binder, the extender
-and the kube-scheduler as child processes, and the node player (no kubelet runs: it writes each reservation
-pod's GPU id). Nodes are made with a label that the bed's pods select, so the scheduler never sees another
-bed's nodes.
+and the kube-scheduler as child processes, and the node player (no kubelet runs: testbed/nodeplayer.py gives the
+reservation pods and the bed's whole-GPU pods devices of their node, and rejects a pod that finds too few free).
+Nodes are made with a label that the bed's pods select, so the scheduler never sees another bed's nodes.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path
                                node_cache_capable=node_cache_capable)
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
                            reservation_namespace, "--resource-reservation-allocation-timeout", "15", *binder_flags)
-    player = NodePlayer(kube, reservation_namespace)
+    player = NodePlayer(kube, reservation_namespace, [namespace])
     bed = StockBed(kube, kube_admin, namespace, reservation_namespace, marker, extender, scheduler, binder, player)
     with webhook:
         configurations = local_webhook_configurations(webhook.url, (webhook.cert_dir / "ca.crt").read_bytes(),

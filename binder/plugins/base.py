@@ -48,8 +48,10 @@ class BindContext:
     client: KubeClient
     state: dict[str, Any] = field(default_factory=dict)
     record_event: EventRecorder | None = None
-    # Set by Pipeline.rollback when its fresh read finds this very pod (same uid) bound: the node's name.
+    # Set by Pipeline.rollback when its fresh read finds this very pod (same uid) bound: the node's name, and
+    # the pod as read (its GPU-group labels say which placement bound it).
     found_bound_to: str = ""
+    found_bound_pod: dict[str, Any] | None = None
 
     @property
     def namespace(self) -> str:

@@ -336,15 +336,47 @@ class ReservationService:
         except MultiFractionError as error:
             raise ReservationError(f"failed to determine if pod <{ref}> is a multi fractional pod while setting "
                                    f"gpu group label. {error}") from error
-        patch: Obj = {"metadata": {"labels": {key: value}}}
-        if meta.get("uid"):
-            patch["metadata"]["uid"] = meta["uid"]  # lands only on this pod, never on a re-created one
         try:
-            self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+            self._patch_unbound(pod, {"metadata": {"labels": {key: value}}})
         except ApiError as error:
             raise ReservationError(f"failed to patch pod <{ref}> with GPU group label: {error}") from error
         pod.setdefault("metadata", {})
         pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), key: value}
+
+    def _patch_unbound(self, pod: Obj, patch: Obj) -> Obj:
+        """PATCH the pod's labels only while it is unbound. A bound pod's group labels say which reservation it
+        uses: relabelling it would count it in a group whose reservation may be on another node, and drop it from
+        the one it really uses. The patch carries the uid and the resourceVersion the decision was made on; on a
+        conflict the pod is read again, and a bound one is refused (ReservationError)."""
+        meta = _meta(pod)
+        path = pod_path(meta.get("namespace", ""), meta.get("name", ""))
+        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for _ in range(3):
+            body = {"metadata": {**patch["metadata"]}}
+            if meta.get("uid"):
+                body["metadata"]["uid"] = meta["uid"]  # lands only on this pod, never on a re-created one
+            if meta.get("resourceVersion"):
+                body["metadata"]["resourceVersion"] = meta["resourceVersion"]
+            try:
+                patched = self.client.patch(path, body) or {}
+            except ApiError as error:
+                if not (error.conflict and meta.get("resourceVersion")) or pod_was_replaced(error):
+                    raise
+                current = self.client.get(path)
+                if _meta(current).get("uid") != meta.get("uid"):
+                    meta.pop("resourceVersion", None)  # re-created: the uid precondition alone answers (422)
+                    continue
+                bound_to = (current.get("spec") or {}).get("nodeName")
+                if bound_to:
+                    raise ReservationError(f"pod <{ref}> is already bound to node {bound_to}; its GPU group "
+                                           "labels are left as they are") from error
+                meta["resourceVersion"] = _meta(current).get("resourceVersion")
+                meta["labels"] = labels_of(current)
+                continue
+            if _meta(patched).get("resourceVersion"):
+                meta["resourceVersion"] = _meta(patched)["resourceVersion"]
+            return patched
+        raise ReservationError(f"pod <{ref}> kept changing while its GPU group labels were written")
 
     def drop_stale_group_labels(self, pod: Obj, groups: list[str]) -> list[str]:
         """Remove group labels of an earlier placement, so the pod's labels become exactly `groups`;
@@ -376,11 +408,9 @@ class ReservationService:
                 raise
 
     def _remove_group_labels(self, pod: Obj, keys: list[str]) -> None:
-        """PATCH the labels `keys` away (uid precondition), then drop them from the in-memory pod too."""
+        """PATCH the labels `keys` away (uid precondition; never from a bound pod), then drop them from the
+        in-memory pod too."""
         meta = _meta(pod)
-        patch = remove_labels_patch(keys)
-        if meta.get("uid"):
-            patch["metadata"]["uid"] = meta["uid"]
-        self.client.patch(pod_path(meta.get("namespace", ""), meta.get("name", "")), patch)
+        self._patch_unbound(pod, remove_labels_patch(keys))
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in keys}
         pod.setdefault("metadata", {})["labels"] = labels

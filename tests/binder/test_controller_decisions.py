@@ -79,6 +79,22 @@ def test_a_pod_bound_elsewhere_is_an_error():
     assert st.already_bound_error(pod, "n2") is None
 
 
+def test_a_pod_bound_to_the_node_in_other_gpu_groups_is_not_a_success_of_this_bind_request():
+    fraction = {"spec": {"selectedNode": "n2", "receivedResourceType": "Fraction", "selectedGPUGroups": ["g-new"]}}
+    pod = {"metadata": {"namespace": "ns", "name": "p", "labels": {"runai-gpu-group": "g-old"}},
+           "spec": {"nodeName": "n2"}}
+    assert st.already_bound_error(pod, "n2", fraction) == (
+        "pod ns/p is already bound to node n2 in GPU groups ['g-old'], not in the selected GPU groups ['g-new']: "
+        "an earlier placement bound it")
+    pod["metadata"]["labels"] = {"runai-gpu-group": "g-new"}
+    assert st.already_bound_error(pod, "n2", fraction) is None
+    multi = {"spec": {**fraction["spec"], "selectedGPUGroups": ["a", "b"]}}
+    pod["metadata"]["labels"] = {"runai-gpu-group/a": "a", "runai-gpu-group/b": "b"}
+    assert st.already_bound_error(pod, "n2", multi) is None
+    regular = {"spec": {"selectedNode": "n2", "receivedResourceType": "Regular"}}
+    assert st.already_bound_error(pod, "n2", regular) is None
+
+
 @pytest.mark.parametrize(("spec", "error"), [
     ({}, None),
     ({"podName": ""}, "invalid binding request: spec.podName is empty"),

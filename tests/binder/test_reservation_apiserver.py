@@ -329,3 +329,27 @@ def test_with_the_informers_a_shared_gpu_costs_one_list_and_no_watch_of_its_own(
         assert len(api.get(pod_path(rsv_namespace))["items"]) == 1
     finally:
         caches.stop()
+
+
+def test_a_bound_pod_is_never_relabelled_from_a_stale_copy(api, namespace, rsv_namespace, service):
+    """The cache can show a pod unbound that an earlier placement has bound (labelled "g-old" on n1). A second
+    BindRequest's attempt, working from that stale copy, must neither move the pod into its new group nor strip the
+    group it really uses: either would count it in the wrong group, and free the GPU it holds for others."""
+    stale = create_pod(api, namespace, fraction_pod_body("p1"))
+    api.patch(pod_path(namespace, "p1"), {"metadata": {"labels": {names.GPU_GROUP_LABEL: "g-old"}}})
+    api.create(pod_path(namespace, "p1", "binding"), {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "namespace": namespace},
+        "target": {"kind": "Node", "name": "n1"}})
+    with pytest.raises(ReservationError, match="already bound to node n1"):
+        service._label_pod(stale, "g-new")
+    with pytest.raises(ReservationError, match="already bound to node n1"):
+        service.drop_stale_group_labels({**stale, "metadata": {**stale["metadata"],
+                                                                "labels": {"runai-gpu-group/g-x": "g-x"}}}, ["g-new"])
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {names.GPU_GROUP_LABEL: "g-old"}
+
+
+def test_an_unbound_pod_changed_since_it_was_read_is_labelled_after_one_fresh_read(api, namespace, service):
+    stale = create_pod(api, namespace, fraction_pod_body("p1"))
+    api.patch(pod_path(namespace, "p1"), {"metadata": {"annotations": {"someone": "else"}}})
+    service._label_pod(stale, "g1")
+    assert get_pod(api, namespace, "p1")["metadata"]["labels"] == {names.GPU_GROUP_LABEL: "g1"}

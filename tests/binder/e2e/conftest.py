@@ -2,8 +2,9 @@
 
 `binder(*flags)` starts a whole binder (caches, queue, workers, plugins, reservation service) in this
 process against the test bed; `binder_process(*argv)` starts `python -m binder` as a child process.
-`node_player` plays the kubelet + reservation program for reservation pods: it annotates each with a GPU
-UUID and marks it Running.
+`node_player` plays the kubelet and the reservation program for reservation pods (testbed/nodeplayer.py): each
+gets a free device of its node (8 on a `make_gpu_node` node) and reports that device's id, then runs; one that
+finds no free device is rejected (Failed), as a kubelet rejects it.
 """
 
 from __future__ import annotations

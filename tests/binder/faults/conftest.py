@@ -2,7 +2,7 @@
 
 `fault_plane` is separate from the session's `control_plane`, so killing or pausing it never disturbs another
 test. `world` gives each scenario fresh workload, reservation and lease namespaces, GPU nodes, the node player
-(reservation pods' GPU ids, tests/binder/e2e/binder_e2e_kit.py) and a scheduler simulator.
+(testbed/nodeplayer.py: reservation pods get devices of their node and report their ids) and a scheduler simulator.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ from testbed.faults_cp import ControlPlaneFaults, audited_control_plane
 from testbed.kube import api_client, apply_crds, create_gpu_node, create_namespace, delete_namespace, delete_node
 from testbed.schedsim import SchedulerSimulator
 
+# The scheduler simulator places without counting GPUs (the KAI scheduler would), and the node player turns away a
+# reservation pod that finds no free device. The nodes have room for every scenario's live groups at once: the most
+# are S8's 50 and S19's (about 45 valid fraction binds), each over 2 nodes.
+GPUS_PER_NODE = 64
 CRD_FILE = Path(__file__).resolve().parents[3] / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 
 
@@ -82,7 +86,7 @@ def world(request: pytest.FixtureRequest, fault_plane: ControlPlane, fault_clien
     nodes_wanted = getattr(request, "param", 4)
     api = api_client(fault_plane)
     namespaces = [create_namespace(api, prefix=p) for p in ("w", "rsv", "lease")]
-    nodes = [create_gpu_node(api)["metadata"]["name"] for _ in range(nodes_wanted)]
+    nodes = [create_gpu_node(api, gpus=GPUS_PER_NODE)["metadata"]["name"] for _ in range(nodes_wanted)]
     player = NodePlayer(fault_client, namespaces[1])
     player.start()
     seed = int(os.environ.get("FRACGPU_FAULT_SEED") or time.time())  # set it to replay a failed run

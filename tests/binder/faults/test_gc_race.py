@@ -6,13 +6,14 @@ up to 40 ms either way, so the deletion's group sync and the new bind's reservat
 paths: the GC sees no user and must find the new BindRequest active, or delete the reservation pod before the
 bind looks for it. As many rounds as fit in ROUNDS_S seconds (at most MAX_ROUNDS).
 
-The node player names each GPU after the reservation pod's uid (`per_uid`), so a replacement reservation pod has
-another GPU id than the one it replaced. It catches a GC that deletes the reservation pod a bind has just
-read its GPU id from (the new pod's NVIDIA_VISIBLE_DEVICES names a GPU no live reservation pod holds), one that
-deletes the new pod as an orphan (a pod without a reservation: the binder's DELETE in the audit log, or our own
-delete of it answered 404), and a bind that fails in the race (a Failed BindRequest). Pass line: every new pod
-bound with NVIDIA_VISIBLE_DEVICES = the GPU id of the group's one live reservation pod, checked when it is
-bound and again when it is deleted a round later; no pod deleted by the binder; the checker clean.
+The node player hands out a node's free devices round-robin, after the one handed out last (testbed/devices.py), and
+the node has many: a replacement reservation pod gets another device, so another GPU id, than the one it replaced.
+The test catches a GC that deletes the reservation pod a bind has just read its GPU id from (the new pod's
+NVIDIA_VISIBLE_DEVICES names a GPU no live reservation pod holds), one that deletes the new pod as an orphan (a pod
+without a reservation: the binder's DELETE in the audit log, or our own delete of it answered 404), and a bind that
+fails in the race (a Failed BindRequest). Pass line: every new pod bound with NVIDIA_VISIBLE_DEVICES = the GPU id
+of the group's one live reservation pod, checked when it is bound and again when it is deleted a round later; no
+pod deleted by the binder; the checker clean.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ def check_gpu(world: World, pod: str, group: str) -> str:
     reservations = live_reservations(world, group)
     ids = [(r["metadata"].get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) for r in reservations]
     assert ids == [devices], f"{pod}: NVIDIA_VISIBLE_DEVICES={devices!r}, live reservation pods hold {ids}"
+    assert devices in world.player.device_ids(reservations[0]["spec"]["nodeName"])  # a device of the node
     return reservations[0]["metadata"]["uid"]
 
 
 @pytest.mark.parametrize("world", [1], indirect=True)
 def test_gc_of_the_last_user_racing_a_new_bind_into_the_group(world: World) -> None:
     rng = random.Random(world.sim.seed)
-    world.player.per_uid = True
     node, [group] = world.nodes[0], world.sim.new_groups(1)
     replicas = Replicas(world.plane, world.workdir, world.reservation_namespace, world.lease_namespace, count=1,
                         extra=("--apiserver-request-timeout", str(APISERVER_REQUEST_TIMEOUT))).start()
