@@ -20,14 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from binder.reservation import gc
 from binder.reservation.groups import (
-    MultiFractionError,
     gpu_groups_of,
-    group_label_for,
-    group_label_keys,
     labels_of,
-    remove_labels_patch,
-    stale_group_label_keys,
 )
+from binder.reservation.labels import LabelError, PodLabels
 from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import ApiReads, BindRequestConfirmation, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
@@ -62,11 +58,6 @@ def _log_fields(pod: Obj, group: str) -> Obj:
             "node": (pod.get("spec") or {}).get("nodeName"), "fields": {"group": group}}
 
 
-def pod_was_replaced(error: ApiError) -> bool:
-    """A patch carrying the uid of a pod that has since been deleted and re-created under the same name."""
-    return error.status == 422 and "metadata.uid" in error.message
-
-
 def gpu_id_of(reservation_pod: Obj) -> str:
     """The reservation pod's GPU id; "" while it has not written one."""
     return (_meta(reservation_pod).get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX) or ""
@@ -83,6 +74,7 @@ class ReservationService:
         self.reads: ReservationReads = reads or self.api
         self.confirmation = confirmation or BindRequestConfirmation(self.api)
         self.locks = GroupLocks()
+        self.labels = PodLabels(client)
         # uid -> when: reservation pods this process deleted. The cache may show one for a moment after;
         # its GPU id must never be handed out from there.
         self._deleted: dict[str, float] = {}
@@ -329,88 +321,19 @@ class ReservationService:
 
     # ------------------------------------------------------------------ fraction pod labels
     def _label_pod(self, pod: Obj, group: str) -> None:
-        meta = _meta(pod)
-        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         try:
-            key, value = group_label_for(pod, group)
-        except MultiFractionError as error:
-            raise ReservationError(f"failed to determine if pod <{ref}> is a multi fractional pod while setting "
-                                   f"gpu group label. {error}") from error
-        try:
-            self._patch_unbound(pod, {"metadata": {"labels": {key: value}}})
-        except ApiError as error:
-            raise ReservationError(f"failed to patch pod <{ref}> with GPU group label: {error}") from error
-        pod.setdefault("metadata", {})
-        pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), key: value}
-
-    def _patch_unbound(self, pod: Obj, patch: Obj) -> Obj:
-        """PATCH the pod's labels only while it is unbound. A bound pod's group labels say which reservation it
-        uses: relabelling it would count it in a group whose reservation may be on another node, and drop it from
-        the one it really uses. The patch carries the uid and the resourceVersion the decision was made on; on a
-        conflict the pod is read again, and a bound one is refused (ReservationError)."""
-        meta = _meta(pod)
-        path = pod_path(meta.get("namespace", ""), meta.get("name", ""))
-        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        for _ in range(3):
-            body = {"metadata": {**patch["metadata"]}}
-            if meta.get("uid"):
-                body["metadata"]["uid"] = meta["uid"]  # lands only on this pod, never on a re-created one
-            if meta.get("resourceVersion"):
-                body["metadata"]["resourceVersion"] = meta["resourceVersion"]
-            try:
-                patched = self.client.patch(path, body) or {}
-            except ApiError as error:
-                if not (error.conflict and meta.get("resourceVersion")) or pod_was_replaced(error):
-                    raise
-                current = self.client.get(path)
-                if _meta(current).get("uid") != meta.get("uid"):
-                    meta.pop("resourceVersion", None)  # re-created: the uid precondition alone answers (422)
-                    continue
-                bound_to = (current.get("spec") or {}).get("nodeName")
-                if bound_to:
-                    raise ReservationError(f"pod <{ref}> is already bound to node {bound_to}; its GPU group "
-                                           "labels are left as they are") from error
-                meta["resourceVersion"] = _meta(current).get("resourceVersion")
-                meta["labels"] = labels_of(current)
-                continue
-            if _meta(patched).get("resourceVersion"):
-                meta["resourceVersion"] = _meta(patched)["resourceVersion"]
-            return patched
-        raise ReservationError(f"pod <{ref}> kept changing while its GPU group labels were written")
+            self.labels.add(pod, group)
+        except LabelError as error:
+            raise ReservationError(str(error)) from error
 
     def drop_stale_group_labels(self, pod: Obj, groups: list[str]) -> list[str]:
         """Remove group labels of an earlier placement, so the pod's labels become exactly `groups`;
         return the groups it no longer belongs to (their reservations may now be unused)."""
-        keys = stale_group_label_keys(pod, groups)
-        if not keys:
-            return []
-        labels = labels_of(pod)
-        stale = sorted({labels[key] for key in keys})
-        meta = _meta(pod)
         try:
-            self._remove_group_labels(pod, keys)
-        except ApiError as error:
-            raise ReservationError(f"failed to remove stale GPU group labels {keys} from pod "
-                                   f"<{meta.get('namespace', '')}/{meta.get('name', '')}>: {error}") from error
-        log.info("removed GPU group labels of an earlier placement", extra={
-            "namespace": meta.get("namespace"), "pod": meta.get("name"), "fields": {"groups": stale}})
-        return stale
+            return self.labels.drop_stale(pod, groups)
+        except LabelError as error:
+            raise ReservationError(str(error)) from error
 
     def remove_pod_gpu_groups_connection(self, pod: Obj) -> None:
         """Remove every GPU-group label the (in-memory) pod has (reference 6.9); a pod that is gone is fine."""
-        keys = group_label_keys(pod)
-        if not keys:
-            return
-        try:
-            self._remove_group_labels(pod, keys)
-        except ApiError as error:
-            if not (error.not_found or pod_was_replaced(error)):
-                raise
-
-    def _remove_group_labels(self, pod: Obj, keys: list[str]) -> None:
-        """PATCH the labels `keys` away (uid precondition; never from a bound pod), then drop them from the
-        in-memory pod too."""
-        meta = _meta(pod)
-        self._patch_unbound(pod, remove_labels_patch(keys))
-        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in keys}
-        pod.setdefault("metadata", {})["labels"] = labels
+        self.labels.remove_all(pod)
