@@ -17,6 +17,8 @@ log see a normal client. Rules pick requests by method and path and inject one f
 however often the client tries again.
 
 `cut_watches()` aborts the watch streams open at that moment (a connection dropped mid-stream).
+`watch_lag_s` holds back every watch event that long (a client whose informer lags behind the cluster, as a
+slow or distant one does); requests are not delayed.
 
 Everything else is forwarded unchanged, watch streams included. Every request is logged in `log` (method,
 path, status, start, duration, rule) for tests to assert on.
@@ -85,6 +87,7 @@ class HttpFaultProxy:
         self._session: aiohttp.ClientSession | None = None
         self._stopping: asyncio.Event | None = None
         self._open_watches: set[asyncio.BaseTransport] = set()
+        self.watch_lag_s = 0.0
         self.port = 0
 
     # ------------------------------------------------------------------ control
@@ -222,7 +225,7 @@ class HttpFaultProxy:
             self._open_watches.add(request.transport)
         try:
             await response.prepare(request)
-            async for chunk in stream:
+            async for chunk in (self._lagged(stream) if watch else stream):
                 await response.write(chunk)
             await response.write_eof()
         except (ConnectionError, aiohttp.ClientError):
@@ -233,6 +236,29 @@ class HttpFaultProxy:
             with contextlib.suppress(RuntimeError):  # still running when this handler is cancelled
                 await stream.aclose()
         return response
+
+    async def _lagged(self, stream: Any) -> Any:
+        """The stream's chunks, each `watch_lag_s` after it arrived (read on, so the lag does not add up)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for chunk in stream:
+                    await queue.put((loop.time(), chunk))
+            finally:
+                await queue.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await queue.get()) is not None:
+                arrived, chunk = item
+                wait = arrived + self.watch_lag_s - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                yield chunk
+        finally:
+            reader.cancel()
 
     async def _upstream(self, request: web.Request, body: bytes, delay: float) -> tuple[int, dict[str, str], Any]:
         if delay:

@@ -73,14 +73,16 @@ class StockBed:
 @contextmanager
 def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path: Path,
                 scheduler_kubeconfig: Path | None = None, binder_flags: Sequence[str] = ("--qps", "0"),
-                node_cache_capable: bool | None = None) -> Iterator[StockBed]:
+                node_cache_capable: bool | None = None, webhook_flags: Sequence[str] = (),
+                extender_kubeconfig: Path | None = None) -> Iterator[StockBed]:
     kube = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
     marker = {"fracgpu-stock-test": uuid.uuid4().hex[:8]}
     namespace = create_namespace(kube_admin, prefix="stock", labels=marker)
     reservation_namespace = create_namespace(kube_admin, prefix="rsv")
-    webhook = AdmissionProcess(tmp_path / "webhook", ["--gpu-sharing-enabled", "--scheduler-name", SCHEDULER_NAME])
+    webhook = AdmissionProcess(tmp_path / "webhook", ["--gpu-sharing-enabled", "--scheduler-name", SCHEDULER_NAME,
+                                                      *webhook_flags])
     extender = ExtenderProcess(control_plane, tmp_path / "extender", "--resource-reservation-namespace",
-                               reservation_namespace, kubeconfig=scheduler_kubeconfig)
+                               reservation_namespace, kubeconfig=extender_kubeconfig or scheduler_kubeconfig)
     scheduler = StockScheduler(control_plane, tmp_path / "scheduler", extender.url, kubeconfig=scheduler_kubeconfig,
                                node_cache_capable=node_cache_capable)
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
