@@ -58,7 +58,7 @@ class NodePlayer:
     pod at a time). Polling with LISTs cost the API server more CPU in a benchmark than the programs measured."""
 
     def __init__(self, client: KubeClient, reservation_namespace: str, namespaces: Iterable[str] = (), *,
-                 finalize: bool = False, start_reservation: Callable[[dict, str], None] | None = None) -> None:
+                 finalize: bool = True, start_reservation: Callable[[dict, str], None] | None = None) -> None:
         self.client = client
         self.namespace = reservation_namespace
         self.namespaces = list(dict.fromkeys([reservation_namespace, *namespaces]))

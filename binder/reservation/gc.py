@@ -35,6 +35,12 @@ class GroupPods:
     def fraction_pods(self) -> list[dict[str, Any]]:
         return self.running + self.pending
 
+    @property
+    def bound_users(self) -> list[dict[str, Any]]:
+        """Fraction pods on a node: Running, or Pending with a node (their containers are starting and will use
+        the group's GPU). A Pending pod without a node is being bound and gets the GPU its bind reserves."""
+        return self.running + [pod for pod in self.pending if (pod.get("spec") or {}).get("nodeName")]
+
 
 def _meta(pod: dict[str, Any]) -> dict[str, Any]:
     return pod.get("metadata") or {}

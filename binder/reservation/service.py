@@ -139,9 +139,7 @@ class ReservationService:
                             (dead.get("status") or {}).get("phase"), extra=_log_fields(dead, group))
                 self._delete_pod(dead, grace_zero=True)
         if state is gc.GroupState.ORPHAN_FRACTION_PODS:
-            for pod in group_pods.running:
-                log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(pod, group))
-                self._delete_pod(pod, grace_zero=False)
+            self._delete_orphaned_users(group_pods, group)
         elif state is gc.GroupState.UNUSED_RESERVATION:
             try:
                 bind_requests = self.confirmation.of_group(group)
@@ -157,6 +155,15 @@ class ReservationService:
                 self._delete_pod(reservation, grace_zero=True)
             except ApiError as error:
                 raise ReservationError(f"failed to delete reservation pod: {error}") from error
+
+    def _delete_orphaned_users(self, group_pods: gc.GroupPods, group: str, keep: str | None = None) -> None:
+        """Delete the group's users on a node (Running, or Pending with a node): no reservation pod holds their
+        GPU. `keep`: the uid of the pod being bound now, which gets the GPU of the reservation it makes."""
+        for user in group_pods.bound_users:
+            if _meta(user).get("uid") == keep or _meta(user).get("deletionTimestamp"):
+                continue
+            log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(user, group))
+            self._delete_pod(user, grace_zero=False)
 
     def _delete_pod(self, pod: Obj, *, grace_zero: bool) -> None:
         """Delete exactly this pod (uid precondition); already gone or replaced is fine."""
@@ -234,6 +241,11 @@ class ReservationService:
                         (dead.get("status") or {}).get("phase"), extra=fields)
             self._delete_pod(dead, grace_zero=True)
             existing = [p for p in existing if p is not dead]
+            if not existing:
+                # Its users were handed the dead pod's GPU id, which nothing reserves any more (the kubelet may give
+                # that device to anyone, and the new reservation pod may get another): they go, as orphans do.
+                users = gc.classify_group_pods(self.api.pods_of_group(group), ns)
+                self._delete_orphaned_users(users, group, keep=_meta(pod).get("uid"))
         if existing:
             reservation = existing[0]
             on_node = (reservation.get("spec") or {}).get("nodeName")

@@ -299,3 +299,12 @@ def test_a_reservation_pod_this_binder_deleted_is_never_read_back_from_the_cache
     assert service._cached_gpu_id("n1", "g") == "GPU-1"
     service._delete_pod(shown, grace_zero=True)  # the GC removed it; the informer has not said so yet
     assert service._cached_gpu_id("n1", "g") == ""
+
+
+def test_the_users_of_a_group_on_a_node_are_its_running_pods_and_its_bound_pending_ones():
+    bound_pending = pod("b", phase="Pending", labels={"runai-gpu-group": "g"})
+    bound_pending["spec"] = {"nodeName": "n1"}
+    being_bound = pod("u", phase="Pending", labels={"runai-gpu-group": "g"})
+    group_pods = gc.classify_group_pods([pod("r", labels={"runai-gpu-group": "g"}), bound_pending, being_bound],
+                                        "kai-resource-reservation")
+    assert [p["metadata"]["name"] for p in group_pods.bound_users] == ["r", "b"]

@@ -7,9 +7,10 @@ must be gone within 30 s: a lost report would keep its BindRequest "active" and 
 
 S15: a live reservation pod is evicted (phase Failed, reason Evicted: its GPU went back to the device plugin).
 A new BindRequest for that group must not be handed the dead pod's GPU id: its GPU must come from a live
-reservation pod that is not the evicted one (the node player names GPUs after the reservation pod's name, so a
-replacement has the same id: the pod's uid tells them apart), and the checker's I4 compares every live bound
-pod's NVIDIA_VISIBLE_DEVICES with the live reservation pods.
+reservation pod that is not the evicted one (another uid; the node player frees the evicted pod's device and gives
+the replacement the next free one, so another GPU id), and the checker's I4 compares every live bound pod's
+NVIDIA_VISIBLE_DEVICES with the live reservation pods: the evicted pod's users, too. They named the dead GPU, so
+the binder deletes them (a new reservation pod may be given any device).
 """
 
 from __future__ import annotations
@@ -76,7 +77,16 @@ def test_an_evicted_reservation_pod_never_hands_out_its_gpu(world: World) -> Non
                                {"status": {"phase": "Failed", "reason": "Evicted",
                                            "message": "The node was low on resource: memory."}})
             world.sim.submit(make_pod(world.client, world.namespace, "e3", fraction="0.3"), world.nodes[0], group)
-            wait_all_bound(world.client, world.namespace, ["e0", "e1", "e2", "e3"], timeout=60)
+            wait_all_bound(world.client, world.namespace, ["e3"], timeout=60)
+
+            def users_of_the_dead_gpu_gone() -> bool:
+                # Being deleted counts: no kubelet plays this namespace, and a real one stops them at once.
+                names_left = {p["metadata"]["name"] for p in world.client.get(pod_path(world.namespace))["items"]
+                              if not p["metadata"].get("deletionTimestamp")}
+                return not names_left & {"e0", "e1", "e2"}
+
+            # Their ConfigMaps name a GPU nothing reserves any more: the binder removes them, as orphans.
+            wait_for("the evicted reservation's users deleted", users_of_the_dead_gpu_gone, timeout=30)
         [replacement] = live_reservations(world)
         assert replacement["metadata"]["uid"] != reservation["metadata"]["uid"]
         cm = world.client.get(f"/api/v1/namespaces/{world.namespace}/configmaps/e3-bcd2345-shared-gpu-0")

@@ -29,8 +29,8 @@ from testbed.stockbed import StockBed, running_bed
 
 pytestmark = pytest.mark.apiserver
 
-NODES, GPUS, MEMORY_MIB = 8, 4, 81920
-PODS = 90  # about 1.25x the 32 GPUs with this mix
+NODES, GPUS, MEMORY_MIB = 20, 4, 81920
+PODS = 190  # about 1.25x the 80 GPUs with this mix (0.53 GPU a pod on average)
 DELETED = 30
 # (weight, annotations, whole GPUs)
 MIX: list[tuple[int, dict[str, str], int]] = [

@@ -1,0 +1,469 @@
+"""The bind protocol as properties: the real ledger, placement and Verbs against a simulated API server, binder
+and kubelet, in any interleaving of filters, binds (retried to stale nodes, cut by a crash), informers that lag,
+the binder's progress and failures, pods finishing and going, garbage collection and extender restarts.
+
+The invariants read only the simulated API server (the kubelet's truth), never the ledger: no GPU's share is
+over-committed, a GPU group lives on one node, no node runs more devices than it has, the kubelet never refuses
+what the extender placed, and a Succeeded BindRequest names only the groups its bound pod is in.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections import deque
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from common import names
+from common.bindrequest import backoff_limit, failed_for_good, owner_pod_uid, selected_gpu_groups
+from extender.claims import pod_groups
+from extender.ledger import Ledger
+from extender.placement import FULL, whole_gpus_of
+from extender.verbs import BindOutcome, StandingBindRequest, Verbs
+
+NS = "ns"
+RES_NS = names.DEFAULT_RESERVATION_NAMESPACE
+Key = tuple[str, str]
+Obj = dict[str, Any]
+PODS, BRS = "pods", "bindrequests"
+
+
+class ProcessDied(Exception):
+    """The extender was killed after writing its BindRequest, before waiting on it."""
+
+
+def key_of(obj: Obj) -> Key:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def uid_of(obj: Obj) -> str:
+    return obj["metadata"].get("uid", "")
+
+
+def phase_of(obj: Obj) -> str:
+    return (obj.get("status") or {}).get("phase") or ""
+
+
+def node_of(pod: Obj) -> str:
+    return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+def attempts_of(br: Obj) -> int:
+    return (br.get("status") or {}).get("failedAttempts") or 0
+
+
+def pick(data: st.DataObject, objects: list[Obj], label: str) -> Obj:
+    """One of the objects, drawn by name so that a counterexample reads as names."""
+    by_name = {"/".join(key_of(obj)): obj for obj in objects}
+    return by_name[data.draw(st.sampled_from(sorted(by_name)), label=label)]
+
+
+def needs_binding(br: Obj) -> bool:
+    """What the binder still acts on: not done yet, or failed with attempts left."""
+    return phase_of(br) in ("", names.PHASE_PENDING) or (phase_of(br) == names.PHASE_FAILED
+                                                        and not failed_for_good(br))
+
+
+def node_manifest(name: str, devices: int, memory: int) -> Obj:
+    return {"metadata": {"name": name, "labels": {names.GPU_MEMORY_NODE_LABEL: str(memory)}},
+            "status": {"allocatable": {names.NVIDIA_GPU: str(devices)}}}
+
+
+def reservation_manifest(group: str, node: str, admitted: bool, uid: str) -> Obj:
+    return {"metadata": {"name": f"{names.RESERVATION_POD_NAME_PREFIX}-{group}", "namespace": RES_NS, "uid": uid,
+                         "labels": {names.GPU_GROUP_LABEL: group}},
+            "spec": {"nodeName": node, "containers": [{"name": names.RESERVATION_CONTAINER_NAME}]},
+            "status": {"phase": "Running" if admitted else "Failed"}}
+
+
+class ApiServer:
+    """Objects by key; every write is queued as a watch event for the extender process that watches now."""
+
+    def __init__(self, nodes: list[Obj]) -> None:
+        self.nodes = nodes
+        self.objects: dict[str, dict[Key, Obj]] = {PODS: {}, BRS: {}}
+        self.uids = itertools.count()
+        self.watcher: Extender | None = None
+        self.writes = 0
+
+    def new_uid(self, prefix: str) -> str:
+        return f"{prefix}-{next(self.uids)}"
+
+    def put(self, kind: str, obj: Obj) -> None:
+        self.objects[kind][key_of(obj)] = copy.deepcopy(obj)
+        self.writes += 1
+        if self.watcher is not None:
+            self.watcher.lag[kind].append((kind, "upsert", copy.deepcopy(obj)))
+
+    def delete(self, kind: str, obj: Obj) -> None:
+        gone = self.objects[kind].pop(key_of(obj))
+        self.writes += 1
+        if self.watcher is not None:
+            self.watcher.lag[kind].append((kind, "delete", gone))
+
+    @property
+    def pods(self) -> dict[Key, Obj]:
+        return self.objects[PODS]
+
+    @property
+    def bind_requests(self) -> dict[Key, Obj]:
+        return self.objects[BRS]
+
+
+class FakeBindRequests:
+    """extender/bind.py's ApiBindRequests on the simulated API server: the same AlreadyExists handling, and a
+    wait that answers from the server's state at once (the binder is played by rules, never during a wait)."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+        self.die_before_wait = False
+        self.backoff_limit: int | None = None  # what the next BindRequest gets (unset: one attempt)
+
+    def create(self, manifest: Obj) -> Obj:
+        existing = self.api.bind_requests.get(key_of(manifest))
+        if existing is not None:
+            if owner_pod_uid(existing) == owner_pod_uid(manifest) and not failed_for_good(existing):
+                raise StandingBindRequest(copy.deepcopy(existing))
+            self.api.delete(BRS, existing)  # holds nothing: failed for good, or a replaced pod's
+        created = copy.deepcopy(manifest)
+        created["metadata"]["uid"] = self.api.new_uid("br")
+        if self.backoff_limit is not None:
+            created["spec"]["backoffLimit"] = self.backoff_limit
+        created["status"] = {}
+        self.api.put(BRS, created)
+        return copy.deepcopy(created)
+
+    def wait(self, bind_request: Obj, timeout_s: float) -> BindOutcome:
+        if self.die_before_wait:
+            raise ProcessDied()
+        spec = bind_request["spec"]
+        node, owner = spec["selectedNode"], owner_pod_uid(bind_request)
+        pod = self.api.pods.get((NS, spec["podName"]))
+        if pod is not None and (not owner or uid_of(pod) == owner) and node_of(pod):
+            return BindOutcome(True) if node_of(pod) == node else BindOutcome(False, "bound elsewhere", over=False)
+        current = self.api.bind_requests.get(key_of(bind_request))
+        if current is not None and uid_of(current) == uid_of(bind_request) and failed_for_good(current):
+            return BindOutcome(False, f"binder: {current['status'].get('reason', '')}")
+        return BindOutcome(False, "timeout", over=False)
+
+    def delete(self, bind_request: Obj) -> None:
+        current = self.api.bind_requests.get(key_of(bind_request))
+        if current is not None and uid_of(current) == uid_of(bind_request):  # the uid precondition
+            self.api.delete(BRS, current)
+
+
+class Extender:
+    """One extender process: informers that deliver in order but lag, into a fresh Ledger and the pod cache bind
+    reads; Verbs on the fake API. `lag_apart`: the pod and BindRequest informers lag each on its own (as the
+    app's separate watches may), else their events come as one stream in the API server's order."""
+
+    def __init__(self, api: ApiServer, new_group_id: Any, bind_requests_first: bool, lag_apart: bool) -> None:
+        self.api = api
+        self.ledger = Ledger(RES_NS)
+        self.pod_cache: dict[Key, Obj] = {}
+        stream: deque[tuple[str, str, Obj]] = deque()
+        self.lag = {PODS: deque(), BRS: deque()} if lag_apart else {PODS: stream, BRS: stream}
+        for node in api.nodes:
+            self.ledger.upsert_node(node)
+        # A restarted process lists everything; which informer syncs first is a race.
+        for kind in (BRS, PODS) if bind_requests_first else (PODS, BRS):
+            for obj in api.objects[kind].values():
+                self.apply(kind, "upsert", copy.deepcopy(obj))
+        self.bind_requests = FakeBindRequests(api)
+        self.verbs = Verbs(self.ledger, self.bind_requests, self.find_pod, new_group_id=new_group_id)
+        self.started_at = api.writes
+        api.watcher = self
+
+    def find_pod(self, namespace: str, name: str) -> Obj | None:
+        """As the app's: the cache, else a read of the API server (a pod just created)."""
+        pod = self.pod_cache.get((namespace, name)) or self.api.pods.get((namespace, name))
+        return copy.deepcopy(pod) if pod is not None else None
+
+    def apply(self, kind: str, op: str, obj: Obj) -> None:
+        if kind == PODS:
+            if op == "upsert":
+                self.pod_cache[key_of(obj)] = obj
+                self.ledger.upsert_pod(obj)
+            else:
+                self.pod_cache.pop(key_of(obj), None)
+                self.ledger.delete_pod(obj)
+        elif op == "upsert":
+            self.ledger.upsert_bind_request(obj)
+        else:
+            self.ledger.delete_bind_request(obj)
+
+    def deliver(self, kind: str, count: int) -> None:
+        for _ in range(min(count, len(self.lag[kind]))):
+            self.apply(*self.lag[kind].popleft())
+
+
+FRACTIONS = [10, 25, 30, 50, 60, 75, 99]
+MEMORIES = [2048, 4096, 10240, 20480]
+
+
+class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
+    """The extender (stale caches, restarts, retries to stale nodes, binds cut by a crash) never places what the
+    kubelet would refuse nor more than a GPU on one GPU; the simulated binder and kubelet keep the rules as
+    the real ones do, so any violation is the extender's."""
+
+    # The pod and BindRequest informers lagging apart finds a hole (the xfail test below): True once it is fixed.
+    informers_lag_apart = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group_ids = itertools.count()
+        self.refusals: list[str] = []  # what the kubelet refused to admit: the extender placed it
+        self.api = ApiServer([])
+        self.extender: Extender | None = None
+
+    @initialize(nodes=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([16384, 40960, 81920])),
+                               min_size=1, max_size=3))
+    def cluster(self, nodes: list[tuple[int, int]]) -> None:
+        self.api.nodes = [node_manifest(f"n{i}", devices, memory) for i, (devices, memory) in enumerate(nodes)]
+        self.memory = {f"n{i}": memory for i, (_, memory) in enumerate(nodes)}
+        self.devices = {f"n{i}": devices for i, (devices, _) in enumerate(nodes)}
+        self.restart(False)
+
+    def restart(self, bind_requests_first: bool) -> None:
+        self.extender = Extender(self.api, lambda: f"g{next(self.group_ids)}", bind_requests_first,
+                                 self.informers_lag_apart)
+
+    # -- what is in the API server ------------------------------------------------------------------------------
+
+    def user_pods(self) -> list[Obj]:
+        return [pod for (namespace, _), pod in sorted(self.api.pods.items()) if namespace == NS]
+
+    def reservation_pods(self) -> list[Obj]:
+        return [pod for (namespace, _), pod in sorted(self.api.pods.items()) if namespace == RES_NS]
+
+    def pending(self) -> list[Obj]:
+        return [pod for pod in self.user_pods() if not node_of(pod) and phase_of(pod) == "Pending"]
+
+    def to_bind(self) -> list[Obj]:
+        return [br for _, br in sorted(self.api.bind_requests.items()) if needs_binding(br)]
+
+    def devices_in_use(self, node: str) -> int:
+        """The kubelet's count: admitted whole-GPU pods' devices and live reservation pods."""
+        running = [pod for pod in self.api.pods.values() if node_of(pod) == node and phase_of(pod) == "Running"]
+        return sum(1 if key_of(pod)[0] == RES_NS else whole_gpus_of(pod) for pod in running)
+
+    # -- the users and the scheduler ----------------------------------------------------------------------------
+
+    def free_names(self) -> list[str]:
+        # Few names, so that a pod is often re-created under the name of one whose BindRequest is still there.
+        return [name for name in ("p0", "p1", "p2", "p3", "p4") if (NS, name) not in self.api.pods]
+
+    @precondition(lambda self: self.free_names())
+    @rule(data=st.data(), kind=st.sampled_from(["fraction", "memory", "whole"]), fraction=st.sampled_from(FRACTIONS),
+          memory=st.sampled_from(MEMORIES), devices=st.sampled_from([1, 1, 2, 3]))
+    def create_pod(self, data: st.DataObject, kind: str, fraction: int, memory: int, devices: int) -> None:
+        name = data.draw(st.sampled_from(self.free_names()), label="name")
+        annotations: dict[str, str] = {}
+        container: Obj = {"name": "main"}
+        if kind == "whole":
+            container["resources"] = {"limits": {names.NVIDIA_GPU: str(devices)}}
+        else:
+            annotations = {names.GPU_FRACTION: f"{fraction / FULL:.2f}"} if kind == "fraction" else \
+                {names.GPU_MEMORY: str(memory)}
+            if devices > 1:
+                annotations[names.GPU_FRACTION_NUM_DEVICES] = str(devices)
+        self.api.put(PODS, {"metadata": {"name": name, "namespace": NS, "uid": self.api.new_uid("pod"),
+                                         "annotations": annotations},
+                            "spec": {"containers": [container]}, "status": {"phase": "Pending"}})
+
+    @precondition(lambda self: self.pending())
+    @rule(data=st.data(), stale_pod=st.integers(0, 4))
+    def schedule(self, data: st.DataObject, stale_pod: int) -> None:
+        """Filter on some nodes (the cache may be stale), then bind to a fitting node or, as a scheduler retrying
+        an old choice would, to any node; sometimes the extender dies after writing the BindRequest. The
+        scheduler's own cache may be stale too: it may still see pending a pod bound since."""
+        assert self.extender is not None
+        bound = [pod for pod in self.user_pods() if node_of(pod) and phase_of(pod) == "Running"]
+        pod = pick(data, self.pending() + (bound if stale_pod == 0 else []), "pod")
+        pod = {**pod, "spec": {**pod["spec"], "nodeName": None}, "status": {"phase": "Pending"}}
+        all_nodes = [node["metadata"]["name"] for node in self.api.nodes]
+        asked = data.draw(st.lists(st.sampled_from(all_nodes), min_size=1, unique=True), label="filter nodes")
+        fitting, _ = self.extender.verbs.filter(copy.deepcopy(pod), asked)
+        stale = not fitting or data.draw(st.booleans(), label="bind to a node filter did not pick")
+        node = data.draw(st.sampled_from(all_nodes if stale else fitting), label="bind node")
+        self.extender.bind_requests.backoff_limit = data.draw(st.sampled_from([None, 2, 3]), label="backoffLimit")
+        cut = data.draw(st.integers(0, 3), label="cut") == 0
+        self.extender.bind_requests.die_before_wait = cut
+        meta = pod["metadata"]
+        try:
+            self.extender.verbs.bind_by_name(NS, meta["name"], meta["uid"], node)
+        except ProcessDied:
+            assert cut
+        if cut:
+            self.restart(data.draw(st.booleans(), label="bind requests listed first"))
+
+    # -- the binder and the kubelet -----------------------------------------------------------------------------
+
+    def fail(self, br: Obj, reason: str, attempts: int | None = None) -> None:
+        failed = copy.deepcopy(br)
+        failed["status"] = {"phase": names.PHASE_FAILED, "reason": reason,
+                            "failedAttempts": attempts if attempts is not None else attempts_of(br) + 1}
+        self.api.put(BRS, failed)
+
+    def succeed(self, br: Obj) -> None:
+        done = copy.deepcopy(br)
+        done["status"] = {**(done.get("status") or {}), "phase": names.PHASE_SUCCEEDED}
+        self.api.put(BRS, done)
+
+    @precondition(lambda self: self.to_bind())
+    @rule(data=st.data(), other_failure=st.sampled_from([None, None, None, "retried", "for good"]))
+    def binder_acts(self, data: st.DataObject, other_failure: str | None) -> None:
+        """One attempt of the binder, as it does it: check the pod, reserve each group's device on the selected
+        node (the kubelet admits a reservation pod only onto a free device), label and bind the pod. Or an
+        attempt that failed for another reason (a plugin, the API), retried while attempts are left."""
+        br = pick(data, self.to_bind(), "bind request")
+        if other_failure is not None:
+            limit = backoff_limit(br)
+            if other_failure == "for good" or attempts_of(br) + 1 < limit:
+                self.fail(br, "a failed attempt", limit if other_failure == "for good" else attempts_of(br) + 1)
+            return
+        spec = br["spec"]
+        node, groups = spec["selectedNode"], selected_gpu_groups(br)
+        pod = self.api.pods.get((NS, spec["podName"]))
+        if pod is None or uid_of(pod) != owner_pod_uid(br):
+            return self.fail(br, "the pod is gone or was replaced")
+        if node_of(pod):
+            # Bound by an earlier placement: only a BindRequest that matches it exactly is its success.
+            if node_of(pod) == node and sorted(groups) == pod_groups(pod):
+                return self.succeed(br)
+            return self.fail(br, f"pod already bound to {node_of(pod)} in {pod_groups(pod)}")
+        bound = copy.deepcopy(pod)
+        if spec.get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION:
+            for group in groups:
+                reservation = self.api.pods.get((RES_NS, f"{names.RESERVATION_POD_NAME_PREFIX}-{group}"))
+                if reservation is not None and phase_of(reservation) == "Running":
+                    if node_of(reservation) != node:
+                        return self.fail(br, f"GPU group {group} lives on node {node_of(reservation)}")
+                    continue
+                if reservation is not None:
+                    self.api.delete(PODS, reservation)  # a dead one holds no device
+                admitted = self.devices_in_use(node) < self.devices[node]
+                self.api.put(PODS, reservation_manifest(group, node, admitted, self.api.new_uid("res")))
+                if not admitted:
+                    self.refusals.append(f"reservation pod of {group} on {node}: UnexpectedAdmissionError")
+                    return self.fail(br, "reservation pod failed: UnexpectedAdmissionError")
+            bound["metadata"]["labels"] = {names.GPU_GROUP_LABEL: groups[0]} if len(groups) == 1 else {
+                f"{names.MULTI_GPU_GROUP_LABEL_PREFIX}{group}": group for group in groups}
+            bound["status"]["phase"] = "Running"
+        else:
+            admitted = self.devices_in_use(node) + whole_gpus_of(pod) <= self.devices[node]
+            if not admitted:
+                self.refusals.append(f"{key_of(pod)} ({whole_gpus_of(pod)} GPUs) on {node}")
+            bound["status"]["phase"] = "Running" if admitted else "Failed"
+        bound["spec"]["nodeName"] = node
+        self.api.put(PODS, bound)
+        self.succeed(br)
+
+    # -- pods ending, garbage collection ------------------------------------------------------------------------
+
+    @precondition(lambda self: any(phase_of(pod) == "Running" for pod in self.user_pods()))
+    @rule(data=st.data())
+    def pod_finishes(self, data: st.DataObject) -> None:
+        pod = pick(data, [pod for pod in self.user_pods() if phase_of(pod) == "Running"], "pod")
+        self.api.put(PODS, {**pod, "status": {"phase": "Succeeded"}})
+
+    @precondition(lambda self: self.user_pods())
+    @rule(data=st.data(), any_pod=st.integers(0, 3))
+    def pod_deleted(self, data: st.DataObject, any_pod: int) -> None:
+        """Mostly a finished pod; sometimes a pending or running one (a user, an eviction)."""
+        ended = [pod for pod in self.user_pods() if phase_of(pod) in ("Succeeded", "Failed")]
+        candidates = self.user_pods() if any_pod == 0 else ended
+        if candidates:
+            self.api.delete(PODS, pick(data, candidates, "pod"))
+
+    def orphans(self) -> list[Obj]:
+        uids = {uid_of(pod) for pod in self.user_pods()}
+        return [br for _, br in sorted(self.api.bind_requests.items()) if owner_pod_uid(br) not in uids]
+
+    @precondition(lambda self: self.orphans())
+    @rule(data=st.data())
+    def owner_gc(self, data: st.DataObject) -> None:
+        """The garbage collector, some time after a pod went: its BindRequests follow it."""
+        self.api.delete(BRS, pick(data, self.orphans(), "bind request"))
+
+    def unused_reservations(self, mind_bind_requests: bool) -> list[Obj]:
+        members = {group for pod in self.user_pods() if phase_of(pod) == "Running" for group in pod_groups(pod)}
+        if mind_bind_requests:
+            members |= {group for br in self.api.bind_requests.values() if phase_of(br) in ("", "Pending")
+                        for group in selected_gpu_groups(br)}
+        return [pod for pod in self.reservation_pods() if phase_of(pod) != "Running"
+                or pod["metadata"]["labels"][names.GPU_GROUP_LABEL] not in members]
+
+    @precondition(lambda self: self.unused_reservations(False))
+    @rule(data=st.data(), mind_bind_requests=st.booleans())
+    def reservation_gc(self, data: st.DataObject, mind_bind_requests: bool) -> None:
+        """The binder's GC: a dead reservation pod, or one of a group no live pod is in (nor, as the real GC
+        minds, an active BindRequest names; sometimes not minded, to be harsher than it)."""
+        unused = self.unused_reservations(mind_bind_requests)
+        if unused:
+            self.api.delete(PODS, pick(data, unused, "reservation pod"))
+
+    # -- the extender process -----------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.extender is not None and any(self.extender.lag.values()))
+    @rule(kind=st.sampled_from([PODS, BRS]), count=st.integers(1, 6))
+    def deliver_some_events(self, kind: str, count: int) -> None:
+        assert self.extender is not None
+        self.extender.deliver(kind, count)
+
+    @precondition(lambda self: self.extender is not None and self.api.writes > self.extender.started_at + 3)
+    @rule(bind_requests_first=st.booleans())
+    def extender_restart(self, bind_requests_first: bool) -> None:
+        self.restart(bind_requests_first)
+
+    # -- the kubelet's truth ------------------------------------------------------------------------------------
+
+    def share_of(self, pod: Obj, node: str) -> int:
+        annotations = pod["metadata"].get("annotations") or {}
+        if names.GPU_FRACTION in annotations:
+            return round(float(annotations[names.GPU_FRACTION]) * FULL)
+        return math.ceil(int(annotations[names.GPU_MEMORY]) * FULL / self.memory[node])
+
+    @invariant()
+    def kubelet_refused_nothing(self) -> None:
+        assert self.refusals == [], f"the kubelet refused what the extender placed: {self.refusals}"
+
+    @invariant()
+    def no_node_runs_more_devices_than_it_has(self) -> None:
+        for node, devices in self.devices.items():
+            assert self.devices_in_use(node) <= devices, f"node {node} runs more than its {devices} GPUs"
+
+    @invariant()
+    def no_gpu_shared_beyond_a_whole_and_each_group_on_one_node(self) -> None:
+        live = {pod["metadata"]["labels"][names.GPU_GROUP_LABEL]: node_of(pod)
+                for pod in self.reservation_pods() if phase_of(pod) == "Running"}
+        used = dict.fromkeys(live, 0)
+        for pod in self.user_pods():
+            if phase_of(pod) != "Running":
+                continue
+            for group in pod_groups(pod):
+                assert live.get(group) == node_of(pod), \
+                    f"{key_of(pod)} on {node_of(pod)} in GPU group {group}, whose reservation is on {live.get(group)}"
+                used[group] += self.share_of(pod, node_of(pod))
+        over = {group: share for group, share in used.items() if share > FULL}
+        assert not over, f"GPUs shared beyond a whole (group: hundredths): {over}"
+
+    @invariant()
+    def a_succeeded_bind_request_names_only_its_pods_groups(self) -> None:
+        for br in self.api.bind_requests.values():
+            pod = self.api.pods.get((NS, br["spec"]["podName"]))
+            if phase_of(br) == names.PHASE_SUCCEEDED and pod is not None and node_of(pod) \
+                    and uid_of(pod) == owner_pod_uid(br):
+                assert set(selected_gpu_groups(br)) <= set(pod_groups(pod)), \
+                    f"Succeeded {key_of(br)} names {selected_gpu_groups(br)}, its pod is in {pod_groups(pod)}"
+
+
+BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase.settings = settings(
+    max_examples=120, stateful_step_count=50, deadline=None)
+test_stale_caches_restarts_and_retried_binds_never_over_commit_a_gpu = \
+    BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase
