@@ -204,3 +204,25 @@ def test_a_failed_attempt_does_not_keep_the_reservation_pod_it_created(
     # The BindRequest is still there (the scheduler has not deleted it yet), but it is no longer active.
     wait_for("reservation pod deleted",
              lambda: not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gr2"))), timeout=10)
+
+
+def test_a_second_bind_request_of_a_pod_bound_in_other_groups_fails_and_touches_nothing(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    """An earlier placement bound the pod (group-a); a later BindRequest for the same node names group-b (a
+    scheduler that lost track after a restart). Reporting it Succeeded would make every reader count the pod in
+    group-b; relabelling the bound pod would move it off the GPU it uses. It fails, and the pod, its label and
+    group-a's reservation stay as they are."""
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "f1", fraction="0.5")
+    binder()
+    make_bind_request(kube, namespace, "f1", node, fraction_groups=["group-a"])
+    wait_phase(kube, namespace, "f1", names.PHASE_SUCCEEDED)
+    kube.delete(bindrequest_path(namespace, "f1"))
+    wait_for("the first BindRequest gone", lambda: not exists(kube, bindrequest_path(namespace, "f1")))
+    make_bind_request(kube, namespace, "f1", node, name="f1-again", fraction_groups=["group-b"])
+    failed = wait_phase(kube, namespace, "f1-again", names.PHASE_FAILED)
+    assert "in GPU groups ['group-a'], not in the selected GPU groups ['group-b']" in failed["status"]["reason"]
+    pod = kube.get(pod_path(namespace, "f1"))
+    assert pod["metadata"]["labels"] == {names.GPU_GROUP_LABEL: "group-a"}
+    assert exists(kube, pod_path(reservation_namespace, reservation_name(node, "group-a")))
+    assert not exists(kube, pod_path(reservation_namespace, reservation_name(node, "group-b")))
