@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import names
+from common.bindrequest import backoff_limit, failed_attempts, failed_for_good, owner_pod_uid
 
 # A fraction pod has one group per device; no node has more GPUs than this.
 MAX_GPU_GROUPS = 16
@@ -36,15 +37,6 @@ def uid(obj: dict[str, Any]) -> str:
     return (obj.get("metadata") or {}).get("uid") or ""
 
 
-def owner_pod_uid(bind_request: dict[str, Any]) -> str:
-    """The uid of the pod the BindRequest is owned by (the scheduler sets this reference), or ""."""
-    pod_name = spec(bind_request).get("podName")
-    for ref in (bind_request.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("name") == pod_name:
-            return ref.get("uid") or ""
-    return ""
-
-
 def replaced_pod_error(bind_request: dict[str, Any], pod: dict[str, Any]) -> str | None:
     """Why this pod is not the one the BindRequest was made for (re-created under the same name), or None."""
     owner = owner_pod_uid(bind_request)
@@ -53,19 +45,6 @@ def replaced_pod_error(bind_request: dict[str, Any], pod: dict[str, Any]) -> str
     meta = pod.get("metadata") or {}
     return (f"pod {meta.get('namespace', '')}/{meta.get('name', '')} was re-created (uid {uid(pod)}); this "
             f"BindRequest was made for the pod with uid {owner}")
-
-
-def backoff_limit(bind_request: dict[str, Any]) -> int:
-    """`spec.backoffLimit`, with unset (or unusable) counting as 1, the way the scheduler reads it."""
-    value = spec(bind_request).get("backoffLimit")
-    if isinstance(value, bool) or not isinstance(value, int):
-        return 1
-    return value
-
-
-def failed_attempts(bind_request: dict[str, Any]) -> int:
-    value = status(bind_request).get("failedAttempts")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def is_fraction(bind_request: dict[str, Any]) -> bool:
@@ -79,9 +58,7 @@ def needs_binding(bind_request: dict[str, Any]) -> bool:
     phase = status(bind_request).get("phase", "")
     if phase == names.PHASE_SUCCEEDED:
         return False
-    if phase == names.PHASE_FAILED and failed_attempts(bind_request) >= backoff_limit(bind_request):
-        return False
-    return True
+    return not failed_for_good(bind_request)
 
 
 def should_enqueue_update(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -13,9 +13,11 @@ from common import names
 
 
 def owner_pod_uid(bind_request: Mapping[str, Any]) -> str:
-    """The uid of the pod the BindRequest was written for (its owner reference of kind Pod), or ""."""
+    """The uid of the pod the BindRequest was written for: its owner reference of kind Pod named `spec.podName`
+    (the scheduler sets it), or "" when there is none."""
+    pod_name = (bind_request.get("spec") or {}).get("podName")
     for owner in (bind_request.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(owner, Mapping) and owner.get("kind") == "Pod":
+        if isinstance(owner, Mapping) and owner.get("kind") == "Pod" and owner.get("name") == pod_name:
             return str(owner.get("uid") or "")
     return ""
 
@@ -28,15 +30,23 @@ def backoff_limit(bind_request: Mapping[str, Any]) -> int:
     return value
 
 
+def failed_attempts(bind_request: Mapping[str, Any]) -> int:
+    value = (bind_request.get("status") or {}).get("failedAttempts")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def failed_for_good(bind_request: Mapping[str, Any]) -> bool:
     """Failed with no attempt left (the binder's own reading: it retries while failedAttempts < backoffLimit), so
     nobody will act on it again and it holds nothing."""
-    status = bind_request.get("status") or {}
-    if status.get("phase") != names.PHASE_FAILED:
+    if (bind_request.get("status") or {}).get("phase") != names.PHASE_FAILED:
         return False
-    attempts = status.get("failedAttempts")
-    attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0
-    return attempts >= backoff_limit(bind_request)
+    return failed_attempts(bind_request) >= backoff_limit(bind_request)
+
+
+def is_over(bind_request: Mapping[str, Any]) -> bool:
+    """Nobody acts on it any more: Succeeded, or failed for good."""
+    phase = (bind_request.get("status") or {}).get("phase")
+    return phase == names.PHASE_SUCCEEDED or failed_for_good(bind_request)
 
 
 def selected_gpu_groups(bind_request: Mapping[str, Any]) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import names
+from common.bindrequest import is_over
 from common.gpu_request import parse_go_float, parse_go_uint
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -72,21 +73,6 @@ def pod_groups(pod: Mapping[str, Any]) -> list[str]:
                    if value and (key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
 
 
-def _bind_request_over(bind_request: Mapping[str, Any]) -> bool:
-    """Done with: Succeeded, or Failed with its attempts used (an unset backoffLimit counts as 1)."""
-    status = bind_request.get("status") or {}
-    phase = status.get("phase")
-    if phase == names.PHASE_SUCCEEDED:
-        return True
-    if phase != names.PHASE_FAILED:
-        return False
-    limit = (bind_request.get("spec") or {}).get("backoffLimit")
-    try:
-        return int(status.get("failedAttempts") or 0) >= (1 if limit is None else int(limit))
-    except (TypeError, ValueError):
-        return True
-
-
 def member_share(pod: Mapping[str, Any], bind_request: Mapping[str, Any] | None,
                  node_memory_mib: int | None) -> float | None:
     """The share of one GPU the pod holds in each of its groups, or None when nothing tells it."""
@@ -123,7 +109,7 @@ def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mappin
     for bind_request in bind_requests:
         spec = bind_request.get("spec") or {}
         by_pod[(_meta(bind_request).get("namespace", ""), spec.get("podName", ""))] = bind_request
-        if not _bind_request_over(bind_request):
+        if not is_over(bind_request):
             for group in spec.get("selectedGPUGroups") or []:
                 if isinstance(group, str):
                     pending[group] = pending.get(group, 0) + 1

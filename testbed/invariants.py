@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from common import names
+from common.bindrequest import failed_for_good, is_over
 from common.kube.client import KubeClient, bindrequest_path, pod_path
 
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
@@ -77,11 +78,7 @@ def live(pod: dict[str, Any]) -> bool:
 
 def active(bind_request: dict[str, Any]) -> bool:
     """Not finished: the binder may still act on it (a Failed one with attempts left included)."""
-    status = bind_request.get("status") or {}
-    if status.get("phase") == names.PHASE_SUCCEEDED:
-        return False
-    limit = (bind_request.get("spec") or {}).get("backoffLimit") or 1
-    return not (status.get("phase") == names.PHASE_FAILED and int(status.get("failedAttempts") or 0) >= limit)
+    return not is_over(bind_request)
 
 
 class _Reader:
@@ -188,10 +185,9 @@ def _bind_request_truth(br: dict[str, Any], pod: dict[str, Any], owned: list[dic
         return [f"I2 false status: {label} is Succeeded but its pod is on {node!r}, not {target!r} "
                 f"(or is another pod of that name)"]
     if phase == names.PHASE_FAILED:
-        limit = (br.get("spec") or {}).get("backoffLimit") or 1
         if not status.get("reason"):
             return [f"I2 false status: {label} is Failed without a reason"]
-        if int(status.get("failedAttempts") or 0) < limit:
+        if not failed_for_good(br):
             return [f"I2 false status: {label} is Failed with attempts left and was never retried: {status}"]
         if node and node == target and br in owned:
             return [f"I2 false status: {label} is Failed but its pod is bound to {node}"]

@@ -16,16 +16,11 @@ import uuid
 from typing import Any
 
 from common import names
+from common.bindrequest import failed_for_good
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from testbed.kube import BackgroundPoller
 
 log = logging.getLogger("testbed.schedsim")
-
-
-def failed_for_good(bind_request: dict[str, Any]) -> bool:
-    status = bind_request.get("status") or {}
-    limit = (bind_request.get("spec") or {}).get("backoffLimit") or 1
-    return status.get("phase") == names.PHASE_FAILED and int(status.get("failedAttempts") or 0) >= limit
 
 
 def bind_request_body(pod: dict[str, Any], node: str, groups: list[str] | None,
