@@ -99,9 +99,10 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
     owner = bindrequest.owner_pod_uid(bind_request)
     phase = (bind_request.get("status") or {}).get("phase")
     if pod is None:
-        # The pod is gone, or not in the cache yet. A BindRequest that already bound its pod is over; any other may
-        # still be acted on by the binder (the pod may be a moment old), so it counts.
-        if phase == names.PHASE_SUCCEEDED:
+        # Not in the cache: a pod the cache has not shown yet (its informer lags the BindRequests'), which may be
+        # bound already, so it counts (the ledger passes a pod seen deleted as ended). Without an owner nobody can
+        # tell, and a Succeeded one is taken as done.
+        if phase == names.PHASE_SUCCEEDED and not owner:
             return None
     elif (owner and pod.uid and owner != pod.uid) or pod.ended or pod.node:
         return None  # made for a pod since replaced; or the pod is over; or bound, and counted from itself

@@ -85,8 +85,12 @@ class Ledger:
         self._write = threading.RLock()
         self._bind_locks: dict[str, threading.Lock] = {}
         self._pending_since: dict[str, float] = {}  # source key of our own decisions -> when made
-        # Decisions whose bind call is over but whose BindRequest (this uid) the cache has not shown yet.
-        self._awaiting: dict[str, str] = {}
+        # Decisions whose bind call is over but whose BindRequest (this one) the cache has not shown yet: it stands
+        # for its pod all the same.
+        self._awaiting: dict[str, dict[str, Any]] = {}
+        # uid -> when: pods the cache saw deleted. A BindRequest of such a pod holds nothing; one whose pod the
+        # cache has not shown yet (the pod informer lags the BindRequest one) still counts.
+        self._gone: dict[str, float] = {}
         self._pods: dict[str, PodState] = {}  # member -> the pod of that name, as the cache shows it
         self._bind_requests: dict[str, dict[str, Any]] = {}  # source key -> the BindRequest
         self._bind_requests_of: dict[str, set[str]] = {}  # member -> source keys of its BindRequests
@@ -119,7 +123,8 @@ class Ledger:
         with self._write:
             sources = list(self._bind_requests_of.get(member, ()))
             found = [self._bind_requests[source] for source in sources]
-        for bind_request in found:
+            awaited = self._awaiting.get(f"pending/{member}")
+        for bind_request in [*found, *([awaited] if awaited is not None else [])]:
             owner = bindrequest.owner_pod_uid(bind_request)
             if bindrequest.failed_for_good(bind_request) or (owner and pod_uid and owner != pod_uid):
                 continue
@@ -164,6 +169,8 @@ class Ledger:
         member = pod_member(pod)
         with self._write:
             self._pods.pop(member, None)
+            if meta(pod).get("uid"):
+                self._gone[str(meta(pod)["uid"])] = self._clock()
             if meta(pod).get("namespace") == self.reservation_namespace:
                 self._set_home(pod, None)
             self._set_claim(f"pod/{member}", None, None)
@@ -231,20 +238,35 @@ class Ledger:
         member = member_of(namespace, pod_name)
         source = f"pending/{member}"
         with self._write:
+            self._awaiting.pop(source, None)  # a new decision: an earlier one's BindRequest no longer settles it
             self._set_claim(source, node, Claim(member, whole=whole, groups=dict(groups)))
             self._pending_since[source] = self._clock()
 
-    def release(self, namespace: str, pod_name: str, bind_request_uid: str = "") -> None:
-        """The bind call is over. Without `bind_request_uid` the decision did not happen and is dropped now;
-        with it, the decision is that BindRequest's, and counts until the cache shows that BindRequest (or the
-        pod bound or gone), so that nothing is uncounted in between."""
+    def release(self, namespace: str, pod_name: str, bind_request: Mapping[str, Any] | None = None) -> None:
+        """The bind call is over. Without `bind_request` the decision did not happen and is dropped now; with it,
+        the decision is that BindRequest's, and counts (and stands) until the cache shows that BindRequest, or the
+        pod bound or gone, so that nothing is uncounted in between."""
         member = member_of(namespace, pod_name)
         source = f"pending/{member}"
+        uid = str(meta(bind_request).get("uid") or "") if bind_request is not None else ""
         with self._write:
-            if bind_request_uid and source in self._pending_since and not self._seen(member, bind_request_uid):
-                self._awaiting[source] = bind_request_uid
+            if uid and source in self._pending_since and not self._seen(member, uid):
+                self._awaiting[source] = dict(bind_request or {})
                 return
             self._forget_pending(source)
+
+    def adopt(self, namespace: str, pod_name: str, bind_request: Mapping[str, Any]) -> None:
+        """The pod turned out to have this BindRequest already (the cache had not shown it): count what it claims
+        in place of the decision just made, until the cache shows it."""
+        outcome = bind_request_claim(bind_request, None)
+        member = member_of(namespace, pod_name)
+        with self._write:
+            if outcome is None:
+                self._forget_pending(f"pending/{member}")
+                return
+            node, claim = outcome
+            self.reserve(namespace, pod_name, node, claim.groups, whole=claim.whole)
+            self.release(namespace, pod_name, bind_request)
 
     def _seen(self, member: str, bind_request_uid: str) -> bool:
         state = self._pods.get(member)
@@ -256,6 +278,9 @@ class Ledger:
     def expire_pending(self) -> int:
         """Drop our decisions older than PENDING_TTL_S; how many."""
         now = self._clock()
+        with self._write:
+            for uid in [uid for uid, at in self._gone.items() if now - at > PENDING_TTL_S]:
+                del self._gone[uid]
         stale = [source for source, since in list(self._pending_since.items()) if now - since > PENDING_TTL_S]
         for source in stale:
             self._forget_pending(source)
@@ -271,8 +296,8 @@ class Ledger:
 
     def _settle_awaiting(self, member: str) -> None:
         source = f"pending/{member}"
-        uid = self._awaiting.get(source)
-        if uid is not None and self._seen(member, uid):
+        awaited = self._awaiting.get(source)
+        if awaited is not None and self._seen(member, str(meta(awaited).get("uid") or "")):
             self._forget_pending(source)
 
     def _refresh_bind_requests(self, member: str) -> None:
@@ -281,7 +306,11 @@ class Ledger:
 
     def _refresh_bind_request(self, source: str) -> None:
         bind_request = self._bind_requests[source]
-        outcome = bind_request_claim(bind_request, self._pods.get(bind_request_member(bind_request)))
+        state = self._pods.get(bind_request_member(bind_request))
+        owner = bindrequest.owner_pod_uid(bind_request)
+        if state is None and owner in self._gone:
+            state = PodState(owner, None, ended=True)  # its pod is gone: it holds nothing
+        outcome = bind_request_claim(bind_request, state)
         node, claim = outcome if outcome else (None, None)
         self._set_claim(source, node, claim)
 

@@ -169,7 +169,7 @@ class Verbs:
         try:
             created = self.bind_requests.create(manifest)
         except StandingBindRequest as standing_error:
-            self.ledger.release(namespace, name)
+            self.ledger.adopt(namespace, name, standing_error.bind_request)  # it counts, not our decision
             return self._bind_standing(namespace, name, standing_error.bind_request, node, fields)
         except Exception as error:  # noqa: BLE001 - any API failure is the scheduler's to retry
             self.ledger.release(namespace, name)
@@ -195,9 +195,8 @@ class Verbs:
 
     def _wait(self, namespace: str, name: str, bind_request: dict[str, Any], fields: dict[str, Any]) -> str:
         outcome = self.bind_requests.wait(bind_request, self.bind_timeout_s)
-        uid = str((bind_request.get("metadata") or {}).get("uid") or "")
         if outcome.bound:
-            self.ledger.release(namespace, name, uid)
+            self.ledger.release(namespace, name, bind_request)
             log.info("pod bound through its BindRequest", extra=fields)
             self.on_bind("bound")
             return ""
@@ -206,7 +205,7 @@ class Verbs:
             self.bind_requests.delete(bind_request)
             self.ledger.release(namespace, name)
         else:
-            self.ledger.release(namespace, name, uid)  # it stands, and counts from the cache
+            self.ledger.release(namespace, name, bind_request)  # it stands, and counts until the cache shows it
         log.warning("bind failed", extra={**fields, "fields": {"reason": outcome.reason}})
         self.on_bind("failed")
         return outcome.reason
