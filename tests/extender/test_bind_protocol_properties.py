@@ -1,6 +1,6 @@
 """The bind protocol as properties: the real ledger, placement and Verbs against a simulated API server, binder
 and kubelet, in any interleaving of filters, binds (retried to stale nodes, cut by a crash), informers that lag,
-the binder's progress and failures, pods finishing and going, garbage collection and extender restarts.
+the binder's attempts (whole or cut in two) and failures, pods ending, garbage collection and extender restarts.
 
 The invariants read only the simulated API server (the kubelet's truth), never the ledger: no GPU's share is
 over-committed, a GPU group lives on one node, no node runs more devices than it has, the kubelet never refuses
@@ -26,11 +26,10 @@ from extender.ledger import Ledger
 from extender.placement import FULL, whole_gpus_of
 from extender.verbs import BindOutcome, StandingBindRequest, Verbs
 
-NS = "ns"
-RES_NS = names.DEFAULT_RESERVATION_NAMESPACE
+NS, RES_NS = "ns", names.DEFAULT_RESERVATION_NAMESPACE
+PODS, BRS = "pods", "bindrequests"
 Key = tuple[str, str]
 Obj = dict[str, Any]
-PODS, BRS = "pods", "bindrequests"
 
 
 class ProcessDied(Exception):
@@ -63,56 +62,38 @@ def pick(data: st.DataObject, objects: list[Obj], label: str) -> Obj:
     return by_name[data.draw(st.sampled_from(sorted(by_name)), label=label)]
 
 
-def needs_binding(br: Obj) -> bool:
-    """What the binder still acts on: not done yet, or failed with attempts left."""
-    return phase_of(br) in ("", names.PHASE_PENDING) or (phase_of(br) == names.PHASE_FAILED
-                                                        and not failed_for_good(br))
-
-
-def node_manifest(name: str, devices: int, memory: int) -> Obj:
-    return {"metadata": {"name": name, "labels": {names.GPU_MEMORY_NODE_LABEL: str(memory)}},
-            "status": {"allocatable": {names.NVIDIA_GPU: str(devices)}}}
-
-
-def reservation_manifest(group: str, node: str, admitted: bool, uid: str) -> Obj:
-    return {"metadata": {"name": f"{names.RESERVATION_POD_NAME_PREFIX}-{group}", "namespace": RES_NS, "uid": uid,
-                         "labels": {names.GPU_GROUP_LABEL: group}},
-            "spec": {"nodeName": node, "containers": [{"name": names.RESERVATION_CONTAINER_NAME}]},
-            "status": {"phase": "Running" if admitted else "Failed"}}
-
-
 class ApiServer:
     """Objects by key; every write is queued as a watch event for the extender process that watches now."""
 
-    def __init__(self, nodes: list[Obj]) -> None:
-        self.nodes = nodes
-        self.objects: dict[str, dict[Key, Obj]] = {PODS: {}, BRS: {}}
+    def __init__(self) -> None:
+        self.nodes: list[Obj] = []
+        self.pods: dict[Key, Obj] = {}
+        self.bind_requests: dict[Key, Obj] = {}
         self.uids = itertools.count()
         self.watcher: Extender | None = None
         self.writes = 0
+        self.standing_deleted: list[str] = []  # BindRequests deleted while they stood: the protocol forbids it
 
     def new_uid(self, prefix: str) -> str:
         return f"{prefix}-{next(self.uids)}"
 
+    def store(self, kind: str) -> dict[Key, Obj]:
+        return self.pods if kind == PODS else self.bind_requests
+
     def put(self, kind: str, obj: Obj) -> None:
-        self.objects[kind][key_of(obj)] = copy.deepcopy(obj)
+        self.store(kind)[key_of(obj)] = copy.deepcopy(obj)
         self.writes += 1
         if self.watcher is not None:
             self.watcher.lag[kind].append((kind, "upsert", copy.deepcopy(obj)))
 
     def delete(self, kind: str, obj: Obj) -> None:
-        gone = self.objects[kind].pop(key_of(obj))
+        gone = self.store(kind).pop(key_of(obj))
         self.writes += 1
+        pod = self.pods.get((NS, gone["spec"]["podName"])) if kind == BRS else None
+        if pod is not None and uid_of(pod) == owner_pod_uid(gone) and not failed_for_good(gone):
+            self.standing_deleted.append(f"{key_of(gone)} (phase {phase_of(gone)!r})")
         if self.watcher is not None:
             self.watcher.lag[kind].append((kind, "delete", gone))
-
-    @property
-    def pods(self) -> dict[Key, Obj]:
-        return self.objects[PODS]
-
-    @property
-    def bind_requests(self) -> dict[Key, Obj]:
-        return self.objects[BRS]
 
 
 class FakeBindRequests:
@@ -170,9 +151,8 @@ class Extender:
         self.lag = {PODS: deque(), BRS: deque()} if lag_apart else {PODS: stream, BRS: stream}
         for node in api.nodes:
             self.ledger.upsert_node(node)
-        # A restarted process lists everything; which informer syncs first is a race.
-        for kind in (BRS, PODS) if bind_requests_first else (PODS, BRS):
-            for obj in api.objects[kind].values():
+        for kind in (BRS, PODS) if bind_requests_first else (PODS, BRS):  # which informer syncs first is a race
+            for obj in api.store(kind).values():
                 self.apply(kind, "upsert", copy.deepcopy(obj))
         self.bind_requests = FakeBindRequests(api)
         self.verbs = Verbs(self.ledger, self.bind_requests, self.find_pod, new_group_id=new_group_id)
@@ -202,29 +182,31 @@ class Extender:
             self.apply(*self.lag[kind].popleft())
 
 
-FRACTIONS = [10, 25, 30, 50, 60, 75, 99]
-MEMORIES = [2048, 4096, 10240, 20480]
-
-
 class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
     """The extender (stale caches, restarts, retries to stale nodes, binds cut by a crash) never places what the
     kubelet would refuse nor more than a GPU on one GPU; the simulated binder and kubelet keep the rules as
     the real ones do, so any violation is the extender's."""
 
-    # The pod and BindRequest informers lagging apart finds a hole (the xfail test below): True once it is fixed.
-    informers_lag_apart = False
+    # The model at its widest. Lagging apart: the pod and BindRequest informers lag each on its own. A retry
+    # outlasting the lag (False: the scheduler may bind a pod again before the informer has shown the BindRequest its
+    # last bind wrote). Narrowed, they hid the two holes the regression tests below pin down.
+    informers_lag_apart = True
+    retries_outlast_informer_lag = False
 
     def __init__(self) -> None:
         super().__init__()
         self.group_ids = itertools.count()
         self.refusals: list[str] = []  # what the kubelet refused to admit: the extender placed it
-        self.api = ApiServer([])
+        self.api = ApiServer()
         self.extender: Extender | None = None
+        self.in_flight: dict[Key, Obj] = {}  # the binder's attempts stopped after their reservations
 
     @initialize(nodes=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([16384, 40960, 81920])),
                                min_size=1, max_size=3))
     def cluster(self, nodes: list[tuple[int, int]]) -> None:
-        self.api.nodes = [node_manifest(f"n{i}", devices, memory) for i, (devices, memory) in enumerate(nodes)]
+        self.api.nodes = [{"metadata": {"name": f"n{i}", "labels": {names.GPU_MEMORY_NODE_LABEL: str(memory)}},
+                           "status": {"allocatable": {names.NVIDIA_GPU: str(devices)}}}
+                          for i, (devices, memory) in enumerate(nodes)]
         self.memory = {f"n{i}": memory for i, (_, memory) in enumerate(nodes)}
         self.devices = {f"n{i}": devices for i, (devices, _) in enumerate(nodes)}
         self.restart(False)
@@ -244,8 +226,17 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
     def pending(self) -> list[Obj]:
         return [pod for pod in self.user_pods() if not node_of(pod) and phase_of(pod) == "Pending"]
 
+    def schedulable(self, pods: list[Obj]) -> list[Obj]:
+        if not self.retries_outlast_informer_lag or self.extender is None:
+            return pods
+        unseen = {key_of(obj) for kind, _, obj in self.extender.lag[BRS] if kind == BRS}
+        return [pod for pod in pods if key_of(pod) not in unseen]
+
     def to_bind(self) -> list[Obj]:
-        return [br for _, br in sorted(self.api.bind_requests.items()) if needs_binding(br)]
+        """What the binder still acts on: not done yet, or failed with attempts left."""
+        return [br for _, br in sorted(self.api.bind_requests.items())
+                if phase_of(br) in ("", names.PHASE_PENDING) or (phase_of(br) == names.PHASE_FAILED
+                                                                 and not failed_for_good(br))]
 
     def devices_in_use(self, node: str) -> int:
         """The kubelet's count: admitted whole-GPU pods' devices and live reservation pods."""
@@ -258,11 +249,7 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         # Few names, so that a pod is often re-created under the name of one whose BindRequest is still there.
         return [name for name in ("p0", "p1", "p2", "p3", "p4") if (NS, name) not in self.api.pods]
 
-    @precondition(lambda self: self.free_names())
-    @rule(data=st.data(), kind=st.sampled_from(["fraction", "memory", "whole"]), fraction=st.sampled_from(FRACTIONS),
-          memory=st.sampled_from(MEMORIES), devices=st.sampled_from([1, 1, 2, 3]))
-    def create_pod(self, data: st.DataObject, kind: str, fraction: int, memory: int, devices: int) -> None:
-        name = data.draw(st.sampled_from(self.free_names()), label="name")
+    def new_pod(self, name: str, kind: str, fraction: int = 10, memory: int = 2048, devices: int = 1) -> Obj:
         annotations: dict[str, str] = {}
         container: Obj = {"name": "main"}
         if kind == "whole":
@@ -272,11 +259,19 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                 {names.GPU_MEMORY: str(memory)}
             if devices > 1:
                 annotations[names.GPU_FRACTION_NUM_DEVICES] = str(devices)
-        self.api.put(PODS, {"metadata": {"name": name, "namespace": NS, "uid": self.api.new_uid("pod"),
-                                         "annotations": annotations},
-                            "spec": {"containers": [container]}, "status": {"phase": "Pending"}})
+        pod = {"metadata": {"name": name, "namespace": NS, "uid": self.api.new_uid("pod"), "annotations": annotations},
+               "spec": {"containers": [container]}, "status": {"phase": "Pending"}}
+        self.api.put(PODS, pod)
+        return pod
 
-    @precondition(lambda self: self.pending())
+    @precondition(lambda self: self.free_names() and len(self.pending()) < 3)
+    @rule(data=st.data(), kind=st.sampled_from(["fraction", "memory", "whole"]),
+          fraction=st.sampled_from([10, 25, 30, 50, 60, 75, 99]), memory=st.sampled_from([2048, 4096, 10240, 20480]),
+          devices=st.sampled_from([1, 1, 2, 3]))
+    def create_pod(self, data: st.DataObject, kind: str, fraction: int, memory: int, devices: int) -> None:
+        self.new_pod(data.draw(st.sampled_from(self.free_names()), label="name"), kind, fraction, memory, devices)
+
+    @precondition(lambda self: self.schedulable(self.pending()))
     @rule(data=st.data(), stale_pod=st.integers(0, 4))
     def schedule(self, data: st.DataObject, stale_pod: int) -> None:
         """Filter on some nodes (the cache may be stale), then bind to a fitting node or, as a scheduler retrying
@@ -284,7 +279,7 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         scheduler's own cache may be stale too: it may still see pending a pod bound since."""
         assert self.extender is not None
         bound = [pod for pod in self.user_pods() if node_of(pod) and phase_of(pod) == "Running"]
-        pod = pick(data, self.pending() + (bound if stale_pod == 0 else []), "pod")
+        pod = pick(data, self.schedulable(self.pending() + (bound if stale_pod == 0 else [])), "pod")
         pod = {**pod, "spec": {**pod["spec"], "nodeName": None}, "status": {"phase": "Pending"}}
         all_nodes = [node["metadata"]["name"] for node in self.api.nodes]
         asked = data.draw(st.lists(st.sampled_from(all_nodes), min_size=1, unique=True), label="filter nodes")
@@ -292,11 +287,9 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         stale = not fitting or data.draw(st.booleans(), label="bind to a node filter did not pick")
         node = data.draw(st.sampled_from(all_nodes if stale else fitting), label="bind node")
         self.extender.bind_requests.backoff_limit = data.draw(st.sampled_from([None, 2, 3]), label="backoffLimit")
-        cut = data.draw(st.integers(0, 3), label="cut") == 0
-        self.extender.bind_requests.die_before_wait = cut
-        meta = pod["metadata"]
+        cut = self.extender.bind_requests.die_before_wait = data.draw(st.integers(0, 3), label="cut") == 0
         try:
-            self.extender.verbs.bind_by_name(NS, meta["name"], meta["uid"], node)
+            self.extender.verbs.bind_by_name(NS, pod["metadata"]["name"], pod["metadata"]["uid"], node)
         except ProcessDied:
             assert cut
         if cut:
@@ -304,29 +297,38 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
 
     # -- the binder and the kubelet -----------------------------------------------------------------------------
 
+    def write_status(self, br: Obj, status: Obj) -> None:
+        """The binder's status update: it fails on a BindRequest deleted or replaced since the attempt read it."""
+        current = self.api.bind_requests.get(key_of(br))
+        if current is not None and uid_of(current) == uid_of(br):
+            self.api.put(BRS, {**current, "status": status})
+
     def fail(self, br: Obj, reason: str, attempts: int | None = None) -> None:
-        failed = copy.deepcopy(br)
-        failed["status"] = {"phase": names.PHASE_FAILED, "reason": reason,
-                            "failedAttempts": attempts if attempts is not None else attempts_of(br) + 1}
-        self.api.put(BRS, failed)
+        attempts = attempts if attempts is not None else attempts_of(br) + 1
+        self.write_status(br, {"phase": names.PHASE_FAILED, "reason": reason, "failedAttempts": attempts})
 
-    def succeed(self, br: Obj) -> None:
-        done = copy.deepcopy(br)
-        done["status"] = {**(done.get("status") or {}), "phase": names.PHASE_SUCCEEDED}
-        self.api.put(BRS, done)
+    def attempts(self) -> list[Obj]:
+        """What the binder may work on next: its attempts in flight, and the BindRequests it has not started."""
+        return list(self.in_flight.values()) + [br for br in self.to_bind() if key_of(br) not in self.in_flight]
 
-    @precondition(lambda self: self.to_bind())
-    @rule(data=st.data(), other_failure=st.sampled_from([None, None, None, "retried", "for good"]))
-    def binder_acts(self, data: st.DataObject, other_failure: str | None) -> None:
-        """One attempt of the binder, as it does it: check the pod, reserve each group's device on the selected
-        node (the kubelet admits a reservation pod only onto a free device), label and bind the pod. Or an
-        attempt that failed for another reason (a plugin, the API), retried while attempts are left."""
-        br = pick(data, self.to_bind(), "bind request")
-        if other_failure is not None:
+    @precondition(lambda self: self.attempts())
+    @rule(data=st.data(), step=st.sampled_from(["whole attempt", "whole attempt", "reserve only", "reserve only",
+                                                "retried", "for good"]))
+    def binder_acts(self, data: st.DataObject, step: str) -> None:
+        br = pick(data, self.attempts(), "bind request")
+        started = self.in_flight.pop(key_of(br), None) is not None
+        if step in ("retried", "for good"):  # failed for another reason (a plugin, the API)
             limit = backoff_limit(br)
-            if other_failure == "for good" or attempts_of(br) + 1 < limit:
-                self.fail(br, "a failed attempt", limit if other_failure == "for good" else attempts_of(br) + 1)
-            return
+            if step == "for good" or attempts_of(br) + 1 < limit:
+                self.fail(br, "a failed attempt", limit if step == "for good" else attempts_of(br) + 1)
+        else:
+            self.attempt(br, reserve_only=step == "reserve only" and not started)
+
+    def attempt(self, br: Obj, reserve_only: bool = False) -> None:
+        """An attempt of the binder on its copy of a BindRequest: check the pod, reserve each group's device on the
+        selected node (the kubelet admits a reservation pod only onto a free device), label and bind the pod. It
+        may stop after the reservations and finish later: its copy may be deleted or replaced by then (the
+        status write fails, the rest is done)."""
         spec = br["spec"]
         node, groups = spec["selectedNode"], selected_gpu_groups(br)
         pod = self.api.pods.get((NS, spec["podName"]))
@@ -335,7 +337,7 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         if node_of(pod):
             # Bound by an earlier placement: only a BindRequest that matches it exactly is its success.
             if node_of(pod) == node and sorted(groups) == pod_groups(pod):
-                return self.succeed(br)
+                return self.write_status(br, {**(br.get("status") or {}), "phase": names.PHASE_SUCCEEDED})
             return self.fail(br, f"pod already bound to {node_of(pod)} in {pod_groups(pod)}")
         bound = copy.deepcopy(pod)
         if spec.get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION:
@@ -348,10 +350,16 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                 if reservation is not None:
                     self.api.delete(PODS, reservation)  # a dead one holds no device
                 admitted = self.devices_in_use(node) < self.devices[node]
-                self.api.put(PODS, reservation_manifest(group, node, admitted, self.api.new_uid("res")))
+                self.api.put(PODS, {
+                    "metadata": {"name": f"{names.RESERVATION_POD_NAME_PREFIX}-{group}", "namespace": RES_NS,
+                                 "uid": self.api.new_uid("res"), "labels": {names.GPU_GROUP_LABEL: group}},
+                    "spec": {"nodeName": node}, "status": {"phase": "Running" if admitted else "Failed"}})
                 if not admitted:
                     self.refusals.append(f"reservation pod of {group} on {node}: UnexpectedAdmissionError")
                     return self.fail(br, "reservation pod failed: UnexpectedAdmissionError")
+            if reserve_only:
+                self.in_flight[key_of(br)] = br
+                return
             bound["metadata"]["labels"] = {names.GPU_GROUP_LABEL: groups[0]} if len(groups) == 1 else {
                 f"{names.MULTI_GPU_GROUP_LABEL_PREFIX}{group}": group for group in groups}
             bound["status"]["phase"] = "Running"
@@ -362,24 +370,31 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
             bound["status"]["phase"] = "Running" if admitted else "Failed"
         bound["spec"]["nodeName"] = node
         self.api.put(PODS, bound)
-        self.succeed(br)
+        self.write_status(br, {**(br.get("status") or {}), "phase": names.PHASE_SUCCEEDED})
+
+    @precondition(lambda self: self.in_flight)
+    @rule()
+    def binder_restart(self) -> None:
+        """Its attempts in flight are lost; what they reserved stays, for the GC or the retry."""
+        self.in_flight.clear()
 
     # -- pods ending, garbage collection ------------------------------------------------------------------------
 
-    @precondition(lambda self: any(phase_of(pod) == "Running" for pod in self.user_pods()))
-    @rule(data=st.data())
-    def pod_finishes(self, data: st.DataObject) -> None:
-        pod = pick(data, [pod for pod in self.user_pods() if phase_of(pod) == "Running"], "pod")
-        self.api.put(PODS, {**pod, "status": {"phase": "Succeeded"}})
-
-    @precondition(lambda self: self.user_pods())
-    @rule(data=st.data(), any_pod=st.integers(0, 3))
-    def pod_deleted(self, data: st.DataObject, any_pod: int) -> None:
-        """Mostly a finished pod; sometimes a pending or running one (a user, an eviction)."""
-        ended = [pod for pod in self.user_pods() if phase_of(pod) in ("Succeeded", "Failed")]
-        candidates = self.user_pods() if any_pod == 0 else ended
-        if candidates:
-            self.api.delete(PODS, pick(data, candidates, "pod"))
+    @precondition(lambda self: any(phase_of(pod) != "Pending" for pod in self.user_pods()))
+    @rule(data=st.data(), early=st.integers(0, 3))
+    def pod_ends(self, data: st.DataObject, early: int) -> None:
+        """A pod finishes, or is deleted once finished; or (a user, an eviction) deleted before."""
+        pods = self.user_pods()
+        ending = {what: candidates for what, candidates in (
+            ("finishes", [pod for pod in pods if phase_of(pod) == "Running"]),
+            ("deleted", [pod for pod in pods if phase_of(pod) in ("Succeeded", "Failed")]),
+            ("deleted early", pods if early == 0 else [])) if candidates}
+        what = data.draw(st.sampled_from(sorted(ending)), label="what")
+        pod = pick(data, ending[what], "pod")
+        if what == "finishes":
+            self.api.put(PODS, {**pod, "status": {"phase": "Succeeded"}})
+        else:
+            self.api.delete(PODS, pod)
 
     def orphans(self) -> list[Obj]:
         uids = {uid_of(pod) for pod in self.user_pods()}
@@ -423,11 +438,10 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
 
     # -- the kubelet's truth ------------------------------------------------------------------------------------
 
-    def share_of(self, pod: Obj, node: str) -> int:
-        annotations = pod["metadata"].get("annotations") or {}
-        if names.GPU_FRACTION in annotations:
-            return round(float(annotations[names.GPU_FRACTION]) * FULL)
-        return math.ceil(int(annotations[names.GPU_MEMORY]) * FULL / self.memory[node])
+    @invariant()
+    def a_standing_bind_request_is_never_deleted_nor_replaced(self) -> None:
+        # The binder may be acting on it: it would bind the pod where nothing counts it any more.
+        assert self.api.standing_deleted == [], f"deleted while they stood: {self.api.standing_deleted}"
 
     @invariant()
     def kubelet_refused_nothing(self) -> None:
@@ -446,10 +460,13 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         for pod in self.user_pods():
             if phase_of(pod) != "Running":
                 continue
+            annotations = pod["metadata"]["annotations"]
+            share = round(float(annotations[names.GPU_FRACTION]) * FULL) if names.GPU_FRACTION in annotations \
+                else math.ceil(int(annotations.get(names.GPU_MEMORY, 0)) * FULL / self.memory[node_of(pod)])
             for group in pod_groups(pod):
                 assert live.get(group) == node_of(pod), \
                     f"{key_of(pod)} on {node_of(pod)} in GPU group {group}, whose reservation is on {live.get(group)}"
-                used[group] += self.share_of(pod, node_of(pod))
+                used[group] += share
         over = {group: share for group, share in used.items() if share > FULL}
         assert not over, f"GPUs shared beyond a whole (group: hundredths): {over}"
 
@@ -464,6 +481,44 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
 
 
 BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase.settings = settings(
-    max_examples=120, stateful_step_count=50, deadline=None)
+    max_examples=400, stateful_step_count=50, deadline=None)
 test_stale_caches_restarts_and_retried_binds_never_over_commit_a_gpu = \
     BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase
+
+
+# -- the holes the machine found, as minimal sequences (fixed; kept as regression tests) ------------------------
+
+def one_gpu_node_a_fraction_pod_and_a_whole_gpu_pod(lag_apart: bool) -> BindProtocolNeverOverCommitsAGpuNorSplitsAGroup:
+    machine = BindProtocolNeverOverCommitsAGpuNorSplitsAGroup()
+    machine.informers_lag_apart = lag_apart
+    machine.cluster([(1, 16384)])
+    machine.new_pod("p0", "fraction", fraction=10)
+    machine.new_pod("whole", "whole", devices=1)
+    return machine
+
+
+def bind(machine: BindProtocolNeverOverCommitsAGpuNorSplitsAGroup, name: str) -> str:
+    assert machine.extender is not None
+    return machine.extender.verbs.bind_by_name(NS, name, uid_of(machine.api.pods[(NS, name)]), "n0")
+
+
+def test_a_pod_bound_before_the_pod_informer_shows_it_keeps_its_gpu_counted():
+    machine = one_gpu_node_a_fraction_pod_and_a_whole_gpu_pod(lag_apart=True)
+    assert bind(machine, "p0") == "timeout"  # its BindRequest is written, the binder is not done yet
+    machine.attempt(machine.api.bind_requests[(NS, "p0")])  # reservation pod, p0 bound, BindRequest Succeeded
+    assert machine.extender is not None
+    machine.extender.deliver(BRS, 2)  # the BindRequest informer shows both; the pod informer nothing yet
+    bind(machine, "whole")  # n0's only GPU must look taken
+    for br in machine.to_bind():
+        machine.attempt(br)
+    machine.kubelet_refused_nothing()
+
+
+def test_a_retried_bind_before_the_informer_shows_its_bind_request_keeps_it_counted():
+    machine = one_gpu_node_a_fraction_pod_and_a_whole_gpu_pod(lag_apart=False)
+    assert bind(machine, "p0") == "timeout"
+    bind(machine, "p0")  # the scheduler's retry, before the informer has delivered p0's BindRequest
+    bind(machine, "whole")  # n0's only GPU must look taken
+    for br in machine.to_bind():
+        machine.attempt(br)
+    machine.kubelet_refused_nothing()
