@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 from collections import deque
 from typing import Any
 
@@ -483,8 +484,13 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                     f"Succeeded {key_of(br)} names {selected_gpu_groups(br)}, its pod is in {pod_groups(pod)}"
 
 
+# Derandomized: CI runs the same 400 interleavings every time, so a red run replays exactly. A CI run once ended in
+# Hypothesis' FlakyStrategyDefinition (its own replay drew differently), which 300 x 2 replays of the machine under a
+# seeded driver never showed on our side (the machine is deterministic in a process); a fixed search cannot hit a
+# rare engine path one day and miss it the next. FRACGPU_PROPERTY_SEED=random searches afresh, for hunting holes.
 BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase.settings = settings(
-    max_examples=400, stateful_step_count=50, deadline=None)
+    max_examples=400, stateful_step_count=50, deadline=None, database=None,
+    derandomize=os.environ.get("FRACGPU_PROPERTY_SEED") != "random")
 test_stale_caches_restarts_and_retried_binds_never_over_commit_a_gpu = \
     BindProtocolNeverOverCommitsAGpuNorSplitsAGroup.TestCase
 
