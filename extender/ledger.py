@@ -39,6 +39,7 @@ from extender.claims import (
     pod_state,
 )
 from extender.placement import FULL, GpuRequest, NodeGpus, Policy, fit, groups_for
+from extender.residues import Residues
 
 # Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
 # dropped after this long at the latest (the BindRequest, if any, counts by itself).
@@ -96,6 +97,8 @@ class Ledger:
         self._bind_requests_of: dict[str, set[str]] = {}  # member -> source keys of its BindRequests
         self._home: dict[str, str] = {}  # group -> node of its live reservation pod
         self._claimed_on: dict[str, dict[str, int]] = {}  # group -> node -> how many claims name it there
+        # Reservation pods a finished BindRequest may have left that the pod cache has not shown (extender/residues.py)
+        self._residues = Residues(reservation_namespace)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class Ledger:
             self._set_claim(f"pod/{member}", state.node if claim else None, claim)
             self._refresh_bind_requests(member)
             self._settle_awaiting(member)
+            self._pod_cache_moved(pod, reservation_gone=False)
 
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         member = pod_member(pod)
@@ -177,6 +181,7 @@ class Ledger:
             self._refresh_bind_requests(member)
             if f"pending/{member}" in self._awaiting:
                 self._forget_pending(f"pending/{member}")  # the pod is gone: its decision is over
+            self._pod_cache_moved(pod, reservation_gone=True)
 
     def upsert_bind_request(self, bind_request: Mapping[str, Any]) -> None:
         source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
@@ -189,6 +194,9 @@ class Ledger:
             self._bind_requests_of.setdefault(member, set()).add(source)
             self._refresh_bind_request(source)
             self._settle_awaiting(member)
+            if bindrequest.failed_for_good(bind_request) and not (
+                    previous is not None and bindrequest.failed_for_good(previous)):
+                self._leave_residues(bind_request)
 
     def delete_bind_request(self, bind_request: Mapping[str, Any]) -> None:
         source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
@@ -200,6 +208,8 @@ class Ledger:
                 if not sources:
                     self._bind_requests_of.pop(bind_request_member(previous), None)
             self._set_claim(source, None, None)
+            if previous is None or not bindrequest.failed_for_good(previous):  # else left when it failed
+                self._leave_residues(bind_request)
 
     # -- our own decisions ------------------------------------------------------------------------------------
 
@@ -281,6 +291,8 @@ class Ledger:
         with self._write:
             for uid in [uid for uid, at in self._gone.items() if now - at > PENDING_TTL_S]:
                 del self._gone[uid]
+            for group in self._residues.expired(now, PENDING_TTL_S):
+                self._set_claim(f"residue/{group}", None, None)
         stale = [source for source, since in list(self._pending_since.items()) if now - since > PENDING_TTL_S]
         for source in stale:
             self._forget_pending(source)
@@ -313,6 +325,14 @@ class Ledger:
         outcome = bind_request_claim(bind_request, state)
         node, claim = outcome if outcome else (None, None)
         self._set_claim(source, node, claim)
+
+    def _leave_residues(self, bind_request: Mapping[str, Any]) -> None:
+        for group, node in self._residues.left_by(bind_request, self._home, self._clock()).items():
+            self._set_claim(f"residue/{group}", node, Claim(f"residue/{group}", groups={group: 0}))
+
+    def _pod_cache_moved(self, pod: Mapping[str, Any], reservation_gone: bool) -> None:
+        for group in self._residues.pod_seen(pod, reservation_gone, self._clock()):
+            self._set_claim(f"residue/{group}", None, None)
 
     def _set_home(self, reservation_pod: Mapping[str, Any], state: PodState | None) -> None:
         group = (meta(reservation_pod).get("labels") or {}).get(names.GPU_GROUP_LABEL)

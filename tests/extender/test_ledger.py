@@ -10,6 +10,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from extender.ledger import PENDING_TTL_S, Ledger
 from extender.placement import FULL, GpuRequest, Policy, fit
+from extender.residues import RESIDUE_TTL_S
 from tests.extender.ledger_kit import bind_request, fraction_pod, node, reservation_pod
 
 
@@ -153,6 +154,56 @@ def test_a_group_is_joined_only_on_the_node_of_its_reservation_pod():
     assert view.groups == {"g": 25} and view.foreign == {"g"}
     assert fit(GpuRequest(fraction=25), view).groups_to_share == ()
     assert fit(GpuRequest(fraction=25), ledger.view("n2")).groups_to_share == ("g",)
+
+
+def at(obj, version):
+    """The object as an informer event delivers it, at this resourceVersion."""
+    obj["metadata"]["resourceVersion"] = str(version)
+    return obj
+
+
+def test_a_reservation_pod_the_pod_cache_has_not_shown_keeps_its_device_after_its_bind_request_is_over():
+    # The pod informer lags the BindRequest one: it is at 5 while the BindRequest of "a" is deleted at 10. The
+    # binder may have made a's reservation pod before that, so a's device is still in use, until the pod cache
+    # shows that pod (then it counts by itself) or is past 10.
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=1))
+    ledger.upsert_pod(at(fraction_pod("other", "n2", ["z"]), 5))
+    ledger.upsert_bind_request(at(bind_request("p", "n1", ["a"], phase="Succeeded"), 9))
+    ledger.delete_bind_request(at(bind_request("p", "n1", ["a"], phase="Succeeded"), 10))
+    assert ledger.view("n1").groups == {"a": 0} and ledger.view("n1").free_devices == 0
+    ledger.upsert_pod(at(reservation_pod("a", "n1"), 7))  # shown: it counts by itself from now on
+    assert ledger.view("n1").groups == {"a": 0}
+    ledger.delete_pod(at(reservation_pod("a", "n1"), 8))
+    assert ledger.view("n1").groups == {}
+
+    ledger.upsert_bind_request(at(bind_request("q", "n1", ["b"]), 11))
+    ledger.upsert_bind_request(at(bind_request("q", "n1", ["b"], phase="Failed"), 12))  # failed for good
+    assert ledger.view("n1").groups == {"b": 0}
+    ledger.upsert_pod(at(fraction_pod("other", "n2", ["z"]), 12))  # the pod cache is past 12: no such pod
+    assert ledger.view("n1").groups == {}
+
+
+def test_no_device_is_held_for_a_reservation_pod_the_pod_cache_shows_or_saw_deleted():
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=2))
+    ledger.upsert_pod(at(reservation_pod("a", "n1"), 3))
+    ledger.delete_pod(at(reservation_pod("a", "n1"), 4))
+    ledger.upsert_pod(at(reservation_pod("b", "n1"), 5))
+    ledger.delete_bind_request(at(bind_request("p", "n1", ["a"], phase="Succeeded"), 10))
+    ledger.delete_bind_request(at(bind_request("q", "n1", ["b"], phase="Succeeded"), 11))
+    assert ledger.view("n1").groups == {"b": 0}  # b's live reservation pod, counted once; a's is gone
+
+
+def test_a_residue_is_dropped_after_its_ttl_when_no_pod_event_comes():
+    now = [0.0]
+    ledger = Ledger(clock=lambda: now[0])
+    ledger.upsert_node(node("n1", gpus=1))
+    ledger.delete_bind_request(at(bind_request("p", "n1", ["a"]), 10))
+    assert ledger.view("n1").free_devices == 0
+    now[0] = RESIDUE_TTL_S + 1
+    ledger.expire_pending()
+    assert ledger.view("n1").free_devices == 1
 
 
 def test_concurrent_binds_to_one_node_never_over_commit():
