@@ -56,7 +56,7 @@ class Settings:
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
     max_pending_reports: int = 2000
-    watch_read_timeout_s: float = 90.0
+    watch_read_timeout_s: float = 40.0
     report_qps_share: float = 0.25
     apiserver_request_timeout_s: float = 60.0
     identity: str = ""
@@ -136,7 +136,7 @@ def _parser() -> Parser:
     p.add_argument("--apiserver-request-timeout", type=at_least(0), default=60.0,
                    help="the kube-apiserver's --request-timeout: a Binding answered by a timeout, a reset or "
                         "a 5xx is decided from a read made only after this long")
-    p.add_argument("--watch-read-timeout", type=at_least(1), default=90.0,
+    p.add_argument("--watch-read-timeout", type=at_least(1), default=40.0,
                    help="seconds without a byte (event or bookmark) after which a watch is re-opened")
     p.add_argument("--max-pending-reports", type=at_least(1, int), default=2000,
                    help="successful binds whose status may wait to be written; workers wait beyond that")

@@ -44,6 +44,12 @@ def _newer_or_equal(candidate: str | None, current: str | None) -> bool:
     return True
 
 
+def watch_timeout_s(read_timeout_s: float) -> int:
+    """The `timeoutSeconds` of one watch: spread, so informers do not re-open in step, and well inside the read
+    timeout."""
+    return max(1, random.randint(int(read_timeout_s / 2), int(read_timeout_s * 3 / 4)))
+
+
 @dataclass
 class EventHandlers:
     on_add: Handler | None = None  # (obj)
@@ -59,12 +65,13 @@ class Informer:
     slim: Callable[[dict], dict] = lambda obj: obj
     indexers: dict[str, Indexer] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
-    watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
-    # No byte for this long ends the watch (then it is re-opened from the last resourceVersion). The
-    # apiserver sends a bookmark about every minute to watches that allow them, so a healthy watch never
-    # waits this long; a silently dead connection is noticed within it, not after timeoutSeconds + 30.
-    read_timeout_s: float = 90.0
+    # No byte for this long ends the watch (then it is re-opened from the last resourceVersion): a silently
+    # dead connection is noticed within it. The server is asked to end each watch after a random half to three
+    # quarters of it (`timeoutSeconds`), so a healthy watch, even one with nothing to say, never waits this long;
+    # bookmarks (about one a minute) could not bound it below a minute. Re-opening a watch from a recent
+    # resourceVersion is served from the apiserver's watch cache.
+    read_timeout_s: float = 40.0
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
@@ -312,7 +319,7 @@ class Informer:
         params.update({
             "resourceVersion": self.resource_version,
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout_s + random.randint(0, self.watch_timeout_s)),
+            "timeoutSeconds": str(watch_timeout_s(self.read_timeout_s)),
         })
         self._watch = self.client.watch(self.path, params, read_timeout=self.read_timeout_s)
         try:

@@ -91,7 +91,7 @@ class Caches:
     bindrequests: Informer
 
     @classmethod
-    def build(cls, client: KubeClient, read_timeout_s: float = 90.0) -> Caches:
+    def build(cls, client: KubeClient, read_timeout_s: float = 40.0) -> Caches:
         return cls(
             pods=Informer(client, "/api/v1/pods", "pods", slim=slim_pod, indexers={
                 INDEX_NODE: pod_node_index, INDEX_GPU_GROUP: pod_gpu_group_index,

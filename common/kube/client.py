@@ -79,10 +79,13 @@ class ApiError(Exception):
 
 
 class WatchIdle(ApiError):
-    """A watch stream received nothing for its read timeout: re-open it from the last resourceVersion."""
+    """A watch stream received nothing for its read timeout, or its connection was dropped as suspect (another
+    request on the session timed out): re-open it from the last resourceVersion."""
 
-    def __init__(self, path: str, seconds: float) -> None:
-        super().__init__(0, "WatchIdle", f"WATCH {path}: nothing received for {seconds:.0f}s", {})
+    def __init__(self, path: str, seconds: float, suspect: bool = False) -> None:
+        why = "its connection was dropped: another request timed out" if suspect else \
+            f"nothing received for {seconds:.0f}s"
+        super().__init__(0, "WatchIdle", f"WATCH {path}: {why}", {})
 
 
 class FencedError(ApiError):
@@ -246,6 +249,8 @@ class KubeClient:
         except requests.RequestException as error:
             if self.on_response:
                 self.on_response(method, 0)
+            if isinstance(error, requests.Timeout):
+                self._adapter.suspect_all(f"{method} {path}: {type(error).__name__}")
             raise TransportError(method, path, error) from error
         if self.on_response:
             self.on_response(method, response.status_code)
@@ -347,6 +352,7 @@ class KubeClient:
         read_timeout = read_timeout or server_timeout + 30
         response = self._send("GET", path, body=None, params=query, content_type="application/json",
                               timeout=(CONNECT_TIMEOUT, read_timeout), stream=True)
+        self._adapter.track(response.raw)
         try:
             if response.status_code >= 400:
                 raise _error_from_response("WATCH", path, response)
@@ -358,10 +364,14 @@ class KubeClient:
                     if isinstance(event, dict):
                         yield event
             except (requests.RequestException, ValueError) as error:
+                if self._adapter.untrack(response.raw):
+                    raise WatchIdle(path, read_timeout, suspect=True) from error
                 if "timed out" in str(error).lower():
+                    self._adapter.suspect_all(f"WATCH {path}: nothing for {read_timeout:.0f}s")
                     raise WatchIdle(path, read_timeout) from error
                 raise TransportError("WATCH", path, error) from error
         finally:
+            self._adapter.untrack(response.raw)  # a stream shut down as suspect may also just end: watch again
             response.close()
 
     def close(self) -> None:

@@ -8,8 +8,10 @@ apiserver node or a load balancer dies and another takes its place.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,6 +19,7 @@ from binder_e2e_kit import make_bind_request, make_pod, wait_phase
 from urllib3.util.connection import create_connection
 
 from common import names
+from common.kube.client import ApiError, KubeClient, TransportError, WatchIdle
 from testbed.tcpproxy import TcpFaultProxy
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
@@ -61,3 +64,39 @@ def test_api_connections_carry_tcp_keepalive(kube):
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
     finally:
         sock.close()
+
+
+def test_one_timed_out_request_drops_every_older_connection_and_reopens_the_watches(tcp_proxy, control_plane,
+                                                                                     tmp_path):
+    # Behind a proxy that still acknowledges (so TCP keepalive cannot tell), every connection goes silent: the
+    # first request that times out must not leave the others to be found one timeout at a time.
+    kubeconfig = tcp_proxy.write_kubeconfig(control_plane.admin_kubeconfig, tmp_path / "tcp.kubeconfig")
+    client = KubeClient.from_kubeconfig(str(kubeconfig), timeout=2.0)
+    with ThreadPoolExecutor(4) as pool:  # four pooled connections, open and idle
+        list(pool.map(lambda _: client.get("/api/v1/namespaces/default"), range(8)))
+    watch_ended: list[tuple[float, BaseException | None]] = []
+
+    def watch() -> None:
+        try:
+            for _ in client.watch("/api/v1/namespaces", {"resourceVersion": "0"}, read_timeout=120):
+                pass
+            watch_ended.append((time.monotonic(), None))
+        except ApiError as error:
+            watch_ended.append((time.monotonic(), error))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(1.0)
+    tcp_proxy.failover()
+    timed_out_at = time.monotonic()
+    with pytest.raises(TransportError):
+        client.get("/api/v1/namespaces/default")  # on one of the silent pooled connections
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:  # each would take a silent pooled connection, were they kept
+        list(pool.map(lambda _: client.get("/api/v1/namespaces/default"), range(4)))
+    assert time.monotonic() - started < 1.5, "a request after the timeout waited on an old connection"
+    watcher.join(timeout=10)
+    assert watch_ended, "the watch on a silent connection was not reopened"
+    ended_at, error = watch_ended[0]
+    assert ended_at - timed_out_at < 5.0  # at the timeout (2 s), not after its own 120 s
+    assert error is None or isinstance(error, WatchIdle), error
