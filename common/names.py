@@ -12,6 +12,25 @@ GPU_FRACTION_CONTAINER_NAME = "gpu-fraction-container-name"
 MPS = "mps"
 SHARED_GPU_CONFIGMAP = "runai/shared-gpu-configmap"
 
+# NvFractions (KAI v0.18): per-container annotations, `nvidia.com/container.<container><suffix>`.
+NVFRACTIONS_ANNOTATION_PREFIX = "nvidia.com/container."
+NVFRACTIONS_MEMORY_REQUEST_SUFFIX = ".gpu-memory.request"
+NVFRACTIONS_MEMORY_LIMIT_SUFFIX = ".gpu-memory.limit"
+NVFRACTIONS_VISIBLE_DEVICES_SUFFIX = ".gpus.devices"  # written by the binder only
+GPU_COMPUTE_MODE_SUFFIX = ".gpu-compute.mode"
+
+# GPU compute sharing modes of a fractional GPU group (BindRequest selectedFractionalGpuGroups[].computeSharingMode).
+COMPUTE_TIME_SLICING = "time-slicing"  # the default, also for groups written without a mode
+COMPUTE_SM_SHARING = "sm-sharing"
+COMPUTE_SHARING_MODES = (COMPUTE_TIME_SLICING, COMPUTE_SM_SHARING)
+
+# GPU sharing modes (KAI v0.18 GpuSharingMode presets): which admission and binder plugins run.
+SHARING_NON_MEMORY_ENFORCED = "NonMemoryEnforced"
+SHARING_HAMI_CORE = "HamiCore"
+SHARING_NV_FRACTIONS = "NvFractions"
+SHARING_DISABLED = "Disabled"
+GPU_SHARING_MODES = (SHARING_NON_MEMORY_ENFORCED, SHARING_HAMI_CORE, SHARING_NV_FRACTIONS, SHARING_DISABLED)
+
 # Pod annotations written by the binder.
 RECEIVED_RESOURCE_TYPE = "received-resource-type"
 NUMA_PLACEMENT_PREDICTED = "kai.scheduler/numa-placement-predicted"
