@@ -23,7 +23,7 @@ from binder.metrics import BinderMetrics, allocation_objects
 from binder.pipeline import Pipeline
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
-from common import names
+from common import bindrequest, names
 from common.kube.cache import EventHandlers, object_key
 from common.kube.caches import INDEX_GPU_GROUP, Caches, pod_gpu_group_index
 from common.kube.client import KubeClient
@@ -141,7 +141,7 @@ class BinderApp:
     def _on_bindrequest_delete(self, bind_request: dict) -> None:
         """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
         if st.is_fraction(bind_request):
-            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+            for group in bindrequest.selected_gpu_groups(bind_request):
                 if st.is_group_name(group):
                     self._enqueue_group(group)
 
@@ -153,14 +153,14 @@ class BinderApp:
         meta = bind_request.get("metadata") or {}
         pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
         if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+            for group in bindrequest.selected_gpu_groups(bind_request):
                 if st.is_group_name(group):
                     self.group_queue.add(group)
 
     def _failure_written(self, bind_request: dict) -> None:
         """A failure is written: the BindRequest no longer keeps the reservation pods its attempt created."""
         if st.is_fraction(bind_request):
-            for group in st.spec(bind_request).get("selectedGPUGroups") or []:
+            for group in bindrequest.selected_gpu_groups(bind_request):
                 if st.is_group_name(group):
                     self.group_queue.add(group)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from binder import status as st
 from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
-from common import names
+from common import bindrequest, names
 from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 
 log = logging.getLogger("binder.pipeline")
@@ -139,7 +139,7 @@ class Pipeline:
                         node_name, error, extra=fields)
 
         if st.is_fraction(ctx.bind_request):
-            groups = st.spec(ctx.bind_request).get("selectedGPUGroups") or []
+            groups = bindrequest.selected_gpu_groups(ctx.bind_request)
             if not groups:
                 raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
             self._drop_stale_groups(ctx, groups)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from common import names
+from common import bindrequest, gpugroups, names
 from common.bindrequest import backoff_limit, failed_attempts, failed_for_good, owner_pod_uid
 
 # A fraction pod has one group per device; no node has more GPUs than this.
@@ -104,6 +104,21 @@ def pod_name_problem(bind_request: dict[str, Any]) -> str | None:
     return None
 
 
+def typed_groups_problem(typed: Any) -> str | None:
+    """Why spec.selectedFractionalGpuGroups cannot be read, or None (the CRD's enum may not be installed: an
+    older CRD keeps unknown fields only with preserve-unknown, and a test bed may have none)."""
+    if not isinstance(typed, list):
+        return f"invalid binding request: spec.selectedFractionalGpuGroups {typed!r} is not a list"
+    for index, entry in enumerate(typed):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
+            return f"invalid binding request: spec.selectedFractionalGpuGroups[{index}] {entry!r} has no id"
+        mode = entry.get("computeSharingMode") or names.COMPUTE_TIME_SLICING
+        if mode not in names.COMPUTE_SHARING_MODES:
+            return (f'invalid binding request: spec.selectedFractionalGpuGroups[{index}].computeSharingMode "{mode}" '
+                    f"is not one of {', '.join(names.COMPUTE_SHARING_MODES)}")
+    return None
+
+
 def validate(bind_request: dict[str, Any]) -> str | None:
     """What makes this BindRequest impossible to bind as written, or None.
 
@@ -121,26 +136,36 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         return f'invalid binding request: spec.selectedNode "{node}" is not a valid node name'
     if not is_fraction(bind_request):
         return None
-    groups = s.get("selectedGPUGroups")
+    typed = s.get("selectedFractionalGpuGroups")
+    if typed:  # KAI v0.18: the typed groups win over the deprecated list when not empty
+        field = "spec.selectedFractionalGpuGroups"
+        problem = typed_groups_problem(typed)
+        if problem:
+            return problem
+        groups = [entry["id"] for entry in typed]
+    else:
+        field, groups = "spec.selectedGPUGroups", s.get("selectedGPUGroups")
     if not groups:
+        if "selectedFractionalGpuGroups" in s:  # written as KAI v0.18 writes it: its words
+            return "no selected GPU groups for fractional pod: invalid binding request"
         return "no SelectedGPUGroups for fractional pod: invalid binding request"
-    if not all(isinstance(g, str) and g for g in groups):
-        return f"invalid binding request: spec.selectedGPUGroups {groups!r} must be non-empty strings"
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        return f"invalid binding request: {field} {groups!r} must be non-empty strings"
     if len(groups) > MAX_GPU_GROUPS:
-        return (f"invalid binding request: {len(groups)} spec.selectedGPUGroups, more than the {MAX_GPU_GROUPS} "
+        return (f"invalid binding request: {len(groups)} {field}, more than the {MAX_GPU_GROUPS} "
                 "devices a fraction pod can have")
     for group in groups:
         if not is_group_name(group):
-            return f'invalid binding request: spec.selectedGPUGroups "{group}" is not a valid label value'
+            return f'invalid binding request: {field} "{group}" is not a valid label value'
     if len(set(groups)) != len(groups):
-        return f"invalid binding request: spec.selectedGPUGroups {groups!r} names a group twice"
+        return f"invalid binding request: {field} {groups!r} names a group twice"
     received = s.get("receivedGPU")
     if not isinstance(received, dict):
         return "invalid binding request: Fraction BindRequest without spec.receivedGPU"
     count = received.get("count")
     if isinstance(count, int) and not isinstance(count, bool) and count != len(groups):
         return (f"invalid binding request: spec.receivedGPU.count {count} but {len(groups)} "
-                "spec.selectedGPUGroups (one group per device)")
+                f"{field} (one group per device)")
     portion = received.get("portion")
     try:
         value = float(portion) if isinstance(portion, str) else math.nan
@@ -227,10 +252,8 @@ def already_bound_error(pod: dict[str, Any], selected_node: str,
         return f"{ref} is already bound to node {bound_to}, not to the selected node {selected_node}"
     if bind_request is None or not is_fraction(bind_request):
         return None
-    selected = sorted({group for group in spec(bind_request).get("selectedGPUGroups") or [] if group})
-    labels = meta.get("labels") or {}
-    held = sorted({value for key, value in labels.items() if value and (
-        key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
+    selected = sorted(set(bindrequest.selected_gpu_groups(bind_request)))
+    held = gpugroups.pod_groups(pod)
     if held == selected:
         return None
     return (f"{ref} is already bound to node {bound_to} in GPU groups {held}, not in the selected GPU groups "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import names
-from common.bindrequest import is_over
+from common.bindrequest import is_over, selected_gpu_groups
 from common.gpu_request import parse_go_float, parse_go_uint
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -110,9 +110,8 @@ def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mappin
         spec = bind_request.get("spec") or {}
         by_pod[(_meta(bind_request).get("namespace", ""), spec.get("podName", ""))] = bind_request
         if not is_over(bind_request):
-            for group in spec.get("selectedGPUGroups") or []:
-                if isinstance(group, str):
-                    pending[group] = pending.get(group, 0) + 1
+            for group in selected_gpu_groups(bind_request):
+                pending[group] = pending.get(group, 0) + 1
     groups: dict[str, GpuGroup] = {}
 
     def group_of(name: str, node: str) -> GpuGroup:

@@ -16,7 +16,7 @@ from typing import Any
 from binder.plugins.base import GPU_IDS, BindContext, BindError
 from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
 from binder.reservation.groups import MultiFractionError, fraction_device_count
-from common import names
+from common import bindrequest, names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.gpu_request import parse_go_float
@@ -115,7 +115,7 @@ class GpuSharingPlugin:
                             f"name: {error}") from error
         # Our own checks come after the reference's, so a request the reference refuses keeps its message.
         problem = portion_problem(ctx.spec.get("receivedGPU")) or device_count_problem(
-            ctx.pod, ctx.spec.get("selectedGPUGroups") or [])
+            ctx.pod, bindrequest.selected_gpu_groups(ctx.bind_request))
         if problem:
             raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
         return ctx.spec["receivedGPU"]["portion"], ref, capabilities

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import names
+from common import bindrequest, names
 
 FRACTION_PHASES = ("Running", "Pending")
 TERMINAL_BIND_REQUEST_PHASES = (names.PHASE_SUCCEEDED, names.PHASE_FAILED)
@@ -99,7 +99,7 @@ def has_active_bind_request(bind_requests: Iterable[dict[str, Any]], group: str)
     reservation pod alive while its fraction pod's label is still on its way (reference 6.7)."""
     return any(
         is_active_bind_request(bind_request)
-        and group in ((bind_request.get("spec") or {}).get("selectedGPUGroups") or [])
+        and group in bindrequest.selected_gpu_groups(bind_request)
         for bind_request in bind_requests
     )
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from binder.reservation.gc import TERMINAL_BIND_REQUEST_PHASES
 from binder.reservation.groups import has_group_label, labels_of, multi_group_label
-from common import names
+from common import bindrequest, names
 from common.kube.client import ApiError, bindrequest_path, pod_path
 
 if TYPE_CHECKING:
@@ -49,8 +49,8 @@ class ReservationReads(Protocol):
     def pods_in_namespace(self, namespace: str) -> list[Obj]: ...
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
-        """BindRequests of every namespace whose spec.selectedGPUGroups contains the group: every active one
-        (phase "" or Pending), and maybe finished ones."""
+        """BindRequests of every namespace whose groups (bindrequest.selected_gpu_groups) hold the group: every
+        active one (phase "" or Pending), and maybe finished ones."""
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         """The pod as this source has it now; None if it has none (raises ApiError if it cannot say)."""
@@ -103,7 +103,7 @@ class ApiReads:
         holding the whole list cost (BindRequests in the cluster) x (decisions in flight), 900 MiB in a soak with
         14,000 BindRequests and ten bind workers confirming at once."""
         def of_group(br: Obj) -> Obj | None:
-            return br if group in ((br.get("spec") or {}).get("selectedGPUGroups") or []) else None
+            return br if group in bindrequest.selected_gpu_groups(br) else None
 
         source = "list"
         items: list[Obj | None] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import names
+from common import bindrequest, names
 from common.kube.cache import Informer
 from common.kube.client import KubeClient, bindrequest_path
 
@@ -69,7 +69,7 @@ def pod_gpu_group_index(pod: dict) -> list[str]:
 
 
 def bindrequest_gpu_group_index(bind_request: dict) -> list[str]:
-    return [g for g in (bind_request.get("spec") or {}).get("selectedGPUGroups") or [] if isinstance(g, str)]
+    return bindrequest.selected_gpu_groups(bind_request)
 
 
 def namespace_index(obj: dict) -> list[str]:
