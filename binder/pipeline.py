@@ -6,10 +6,11 @@ undoes anything for a pod that is bound. A Binding answered by a timeout, a rese
 committed after that re-read (the server keeps working on it until its own request timeout): such an
 attempt ends in BindOutcomeUnknown, which is never rolled back; the controller decides it later.
 
-The bind annotations (`received-resource-type`, `kai.scheduler/numa-placement-predicted`) travel in the
-Binding object itself: the API server copies a Binding's annotations onto the pod in the same write that
-sets `spec.nodeName`, so they can never be present on an unbound pod or missing on a bound one, and the
-bind costs one API call less than the reference's separate merge patch.
+The bind annotations (`received-resource-type`, `kai.scheduler/numa-placement-predicted`, and what PreBind plugins
+add: NvFractions' device and memory annotations) go in one JSON merge patch before the Binding, as KAI's binder
+sends it (skipped when the pod carries them all already), and travel in the Binding object too: the API server
+copies a Binding's annotations onto the pod in the same write that sets `spec.nodeName`, so a bound pod always
+carries them.
 """
 
 from __future__ import annotations
@@ -139,15 +140,17 @@ class Pipeline:
                         node_name, error, extra=fields)
 
         if st.is_fraction(ctx.bind_request):
-            groups = bindrequest.selected_gpu_groups(ctx.bind_request)
-            if not groups:
+            typed = bindrequest.fractional_gpu_groups(ctx.bind_request)
+            if not typed:
                 raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
-            self._drop_stale_groups(ctx, groups)
+            self._drop_stale_groups(ctx, [group.id for group in typed])
             gpu_ids: list[str] = []
-            for group in groups:
+            for fractional in typed:
+                group = fractional.id
                 started = time.monotonic()
                 try:
-                    gpu_ids.append(self.reservation.reserve_gpu_device(ctx.pod, node_name, group))
+                    gpu_ids.append(self.reservation.reserve_gpu_device(ctx.pod, node_name, group,
+                                                                       fractional.compute_sharing_mode))
                 except Exception as error:  # noqa: BLE001
                     raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
                                                      f"group <{group}>: {error}") from error
@@ -162,6 +165,7 @@ class Pipeline:
             except Exception as error:  # noqa: BLE001
                 raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
 
+        self._patch_bind_annotations(ctx)
         self._bind_pod(ctx, node_name)
         log.info("pod bound", extra=fields)
 
@@ -189,9 +193,32 @@ class Pipeline:
                 log.warning("sync of gpu group %s after removing its label failed: %s", group, error,
                             extra=ctx.log_fields())
 
+    def _patch_bind_annotations(self, ctx: BindContext) -> None:
+        """KAI v0.18 (reference 5.1 step 5): one JSON merge patch of the pod's annotations before the Binding, so
+        the pod carries them before it is bound. Skipped when the pod already carries every value (a retry)."""
+        wanted = {**bind_annotations(ctx.bind_request), **ctx.bind_annotations}
+        current = (ctx.pod.get("metadata") or {}).get("annotations") or {}
+        if all(current.get(key) == value for key, value in wanted.items()):
+            return
+        ns, name = ctx.namespace, ctx.pod_name
+        uid = (ctx.pod.get("metadata") or {}).get("uid")
+        patch: dict[str, Any] = {"metadata": {"annotations": wanted}}
+        if uid:
+            patch["metadata"]["uid"] = uid  # a precondition: never annotate a pod that replaced this one
+        try:
+            patched = self.client.patch(pod_path(ns, name), patch)
+        except ApiError as error:
+            raise BindFailure("annotations", f"failed to patch pod <{ns}/{name}> with bind annotations: "
+                                             f"{error}") from error
+        ctx.pod.setdefault("metadata", {})["annotations"] = {**current, **wanted}
+        if patched.get("metadata", {}).get("resourceVersion"):
+            ctx.pod["metadata"]["resourceVersion"] = patched["metadata"]["resourceVersion"]
+
     def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
         ns, name = ctx.namespace, ctx.pod_name
-        body = binding_body(ctx.pod, node_name, bind_annotations(ctx.bind_request))
+        # The annotations travel in the Binding too: the API server copies them onto the pod in the write that
+        # binds it, so a bound pod always carries them even if the patch above raced with another writer.
+        body = binding_body(ctx.pod, node_name, {**bind_annotations(ctx.bind_request), **ctx.bind_annotations})
         started = time.monotonic()
         try:
             self.client.create(pod_path(ns, name, "binding"), body)

@@ -48,6 +48,9 @@ class BindContext:
     client: KubeClient
     state: dict[str, Any] = field(default_factory=dict)
     record_event: EventRecorder | None = None
+    # Pod annotations PreBind plugins want on the pod before it is bound (KAI v0.18's BindingPodAnnotations): the
+    # pipeline merges them into its one pre-bind patch, beside the received type and the NUMA prediction.
+    bind_annotations: dict[str, str] = field(default_factory=dict)
     # Set by Pipeline.rollback when its fresh read finds this very pod (same uid) bound: the node's name, and
     # the pod as read (its GPU-group labels say which placement bound it).
     found_bound_to: str = ""

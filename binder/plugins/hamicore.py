@@ -1,10 +1,11 @@
 """hamicore (priority 50, off by default): the per-device GPU memory limit for HAMi-core (reference 9.7).
 
 CUDA_DEVICE_MEMORY_LIMIT = trunc(node label nvidia.com/gpu.memory MiB × portion) followed by `m`, written
-into the capabilities ConfigMap gpusharing created. When no limit can be computed the bind still goes on,
-as in the reference, but never silently (docs/decisions.md §2.5): a Warning event on the pod and the
-`fracgpu_binder_hamicore_limit_skipped_total{reason}` counter say why. `0m` is never written: HAMi-core
-would read it as "unlimited".
+into the capabilities ConfigMap gpusharing created. When no limit can be computed the bind fails closed, as
+KAI's binder does since v0.18 (#2157): HAMi-core's LD_PRELOAD would run the pod with no limit at all (the env is
+optional). The BindRequest fails with the reason (`failed to calculate CUDA_DEVICE_MEMORY_LIMIT for pod <ns/name>:
+node n1 has no nvidia.com/gpu.memory label`) and `fracgpu_binder_hamicore_limit_skipped_total{reason}` counts it
+(docs/decisions.md §2.5). `0m` is never written: HAMi-core would read it as "unlimited".
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from common.gpu_request import parse_go_float
 from common.kube.client import ApiError
 
 NAME = "hamicore"
-EVENT_REASON = "GPUMemoryLimitNotSet"
 _INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def limit_skipped_counter(registry: CollectorRegistry | None = None) -> Counter:
         if registry not in _counters:
             _counters[registry] = Counter(
                 "fracgpu_binder_hamicore_limit_skipped",
-                "Fraction binds for which hamicore wrote no CUDA_DEVICE_MEMORY_LIMIT, by reason",
+                "Fraction binds hamicore refused because no CUDA_DEVICE_MEMORY_LIMIT could be computed, by reason",
                 ["reason"], registry=registry)
         return _counters[registry]
 
@@ -98,8 +98,9 @@ class HamiCorePlugin:
             return
         limit = memory_limit(ctx.node, ctx.spec.get("receivedGPU"))
         if isinstance(limit, NoLimit):
-            self._report_no_limit(ctx, limit)
-            return
+            self.limit_skipped.labels(reason=limit.reason).inc()
+            raise BindError(f"failed to calculate {names.CUDA_DEVICE_MEMORY_LIMIT} for pod "
+                            f"<{ctx.namespace}/{ctx.pod_name}>: {limit.message}")
         try:
             ref = fraction_container_ref(ctx.pod)
         except FractionContainerNotFound as error:
@@ -118,9 +119,3 @@ class HamiCorePlugin:
     def rollback(self, ctx: BindContext) -> None:
         return None
 
-    def _report_no_limit(self, ctx: BindContext, no_limit: NoLimit) -> None:
-        self.limit_skipped.labels(reason=no_limit.reason).inc()
-        message = f"No {names.CUDA_DEVICE_MEMORY_LIMIT} written, GPU memory is not limited: {no_limit.message}"
-        log.warning(message, extra={**ctx.log_fields(), "fields": {"reason": no_limit.reason}})
-        if ctx.record_event is not None:
-            ctx.record_event(ctx.pod, "Warning", EVENT_REASON, message)

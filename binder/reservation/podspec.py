@@ -7,7 +7,7 @@ from typing import Any
 
 from binder.reservation.groups import reservation_pod_name
 from binder.reservation.settings import FAKE_GPU_ARGS, FAKE_GPU_IMAGE, ReservationSettings
-from common import names
+from common import gpugroups, names
 
 
 def reservation_resources(extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -21,9 +21,11 @@ def reservation_resources(extra: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def build_reservation_pod(
-    settings: ReservationSettings, node_name: str, group: str, fraction_pod: dict[str, Any]
+    settings: ReservationSettings, node_name: str, group: str, fraction_pod: dict[str, Any],
+    compute_mode: str = names.COMPUTE_TIME_SLICING,
 ) -> dict[str, Any]:
-    """The reservation pod for (node, group). Tolerations are copied from the fraction pod that asked."""
+    """The reservation pod for (node, group). Tolerations are copied from the fraction pod that asked; the
+    group's compute sharing mode is recorded on it, as KAI v0.18 does (the scheduler reads it back)."""
     container: dict[str, Any] = {
         "name": names.RESERVATION_CONTAINER_NAME,
         "image": FAKE_GPU_IMAGE if settings.fake_gpu_nodes else settings.pod_image,
@@ -59,7 +61,8 @@ def build_reservation_pod(
             "name": reservation_pod_name(node_name, group),
             "namespace": settings.namespace,
             "labels": {names.APP_LABEL: settings.app_label, names.GPU_GROUP_LABEL: group},
-            "annotations": {names.DO_NOT_DISRUPT: "true"},
+            "annotations": {names.DO_NOT_DISRUPT: "true",
+                            gpugroups.compute_mode_annotation(names.RESERVATION_CONTAINER_NAME): compute_mode},
         },
         "spec": spec,
     }

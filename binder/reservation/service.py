@@ -28,7 +28,7 @@ from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import ApiReads, BindRequestConfirmation, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
-from common import names
+from common import gpugroups, names
 from common.kube.client import ApiError, pod_path
 
 if TYPE_CHECKING:
@@ -187,11 +187,13 @@ class ReservationService:
                 del self._deleted[old]
 
     # ------------------------------------------------------------------ reservation
-    def reserve_gpu_device(self, pod: Obj, node_name: str, group: str) -> str:
-        """The GPU id of `group` on `node_name`: find or create the group's reservation pod, wait for its
-        id, then label `pod` with the group (the in-memory pod too). Raises ReservationError."""
+    def reserve_gpu_device(self, pod: Obj, node_name: str, group: str,
+                           compute_mode: str = names.COMPUTE_TIME_SLICING) -> str:
+        """The GPU id of `group` on `node_name`: find or create the group's reservation pod (for `compute_mode`:
+        a group reserved for another mode is never joined), wait for its id, then label `pod` with the group
+        (the in-memory pod too). Raises ReservationError."""
         with self.locks.hold(group):
-            gpu_id = self._gpu_id_locked(pod, node_name, group)
+            gpu_id = self._gpu_id_locked(pod, node_name, group, compute_mode)
             try:
                 self._label_pod(pod, group)
             except Exception:
@@ -203,7 +205,7 @@ class ReservationService:
                 raise
             return gpu_id
 
-    def _cached_gpu_id(self, node_name: str, group: str) -> str:
+    def _cached_gpu_id(self, node_name: str, group: str, compute_mode: str) -> str:
         """The GPU id of the group's one live reservation pod on `node_name` as the informer shows it, or "".
 
         Every pod after the first on a GPU takes this path, with no API call. Anything else (no reservation
@@ -220,15 +222,16 @@ class ReservationService:
             deleted = _meta(mine[0]).get("uid") in self._deleted if len(mine) == 1 else True
         if len(mine) != 1 or deleted or not gc.is_live_reservation(mine[0]):
             return ""
-        if (mine[0].get("spec") or {}).get("nodeName") != node_name:
+        if (mine[0].get("spec") or {}).get("nodeName") != node_name or \
+                gpugroups.reservation_compute_mode(mine[0]) != compute_mode:
             return ""
         return gpu_id_of(mine[0])
 
-    def _gpu_id_locked(self, pod: Obj, node_name: str, group: str) -> str:
+    def _gpu_id_locked(self, pod: Obj, node_name: str, group: str, compute_mode: str) -> str:
         ns = self.settings.namespace
         fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
                   "fields": {"group": group}}
-        cached = self._cached_gpu_id(node_name, group)
+        cached = self._cached_gpu_id(node_name, group, compute_mode)
         if cached:
             return cached
         found = self.client.list_all(pod_path(ns), {"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"})
@@ -252,6 +255,10 @@ class ReservationService:
             if on_node and on_node != node_name:
                 raise ReservationError(f"reservation pod {_ref(reservation)} of gpu group {group} is on node "
                                        f"{on_node}, not {node_name}")
+            reserved_for = gpugroups.reservation_compute_mode(reservation)
+            if reserved_for != compute_mode:  # KAI's binder joins it anyway; its pods would share one GPU two ways
+                raise ReservationError(f"gpu group {group} is reserved for compute sharing mode {reserved_for} "
+                                       f"(reservation pod {_ref(reservation)}), not {compute_mode}")
             if gpu_id_of(reservation):
                 return gpu_id_of(reservation)
             log.info("reservation pod has no GPU id yet, waiting", extra=fields)
@@ -259,7 +266,7 @@ class ReservationService:
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
-        body = build_reservation_pod(self.settings, node_name, group, pod)
+        body = build_reservation_pod(self.settings, node_name, group, pod, compute_mode)
         name = body["metadata"]["name"]
         uid = None
         try:

@@ -114,11 +114,15 @@ def test_a_failing_clean_up_of_other_groups_on_the_node_does_not_fail_the_bind()
             self.created.append(path)
             return {}
 
+        def patch(self, path, body, patch_type="merge"):
+            self.created.append(f"PATCH {path}")
+            return {}
+
     client = BindingClient()
     pipeline = Pipeline(client, Reservation(), plugins=[])
     pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "pu"}, "spec": {}}
     pipeline.bind(pipeline.context(pod, {"metadata": {"name": "n1"}}, BR))
-    assert client.created == ["/api/v1/namespaces/ns/pods/p/binding"]
+    assert client.created == ["PATCH /api/v1/namespaces/ns/pods/p", "/api/v1/namespaces/ns/pods/p/binding"]
 
 
 class CutShortByTheApi(BindsButAnswersNo):
@@ -177,6 +181,9 @@ def test_a_binding_error_followed_by_a_failed_re_read_leaves_the_outcome_undecid
     class Client:
         def create(self, path, body):
             raise ApiError(409, "Conflict", "pod p is already assigned to node \"n1\"")
+
+        def patch(self, path, body, patch_type="merge"):
+            return {}
 
         def get(self, path, params=None):
             raise TransportError("GET", path, TimeoutError("read timed out"))

@@ -134,26 +134,24 @@ def test_hamicore_writes_the_truncated_limit_per_device(api, namespace):
     assert get_configmap(api, namespace, CAP)["data"]["CUDA_DEVICE_MEMORY_LIMIT"] == "4147m"
 
 
-def test_hamicore_without_the_node_label_binds_but_says_why_in_an_event_and_a_metric(api, namespace):
+def test_hamicore_without_the_node_label_fails_the_bind_with_the_reason_and_counts_it(api, namespace):
     pod = create_pod(api, namespace, fraction_pod_body("p1"))
-    events: list = []
     registry = CollectorRegistry()
-    ctx = fraction_context(api, pod, node_labels={}, events=events)
+    ctx = fraction_context(api, pod, node_labels={})
     GpuSharingPlugin(cdi_enabled=False).prebind(ctx)
-    HamiCorePlugin(registry=registry).prebind(ctx)
+    with pytest.raises(BindError) as refused:  # KAI v0.18 (#2157): no limit, no bind
+        HamiCorePlugin(registry=registry).prebind(ctx)
+    assert str(refused.value) == (f"failed to calculate CUDA_DEVICE_MEMORY_LIMIT for pod <{namespace}/p1>: "
+                                  "node n1 has no nvidia.com/gpu.memory label")
     assert "CUDA_DEVICE_MEMORY_LIMIT" not in get_configmap(api, namespace, CAP)["data"]
-    assert events == [("p1", "Warning", "GPUMemoryLimitNotSet",
-                       "No CUDA_DEVICE_MEMORY_LIMIT written, GPU memory is not limited: "
-                       "node n1 has no nvidia.com/gpu.memory label")]
     assert registry.get_sample_value("fracgpu_binder_hamicore_limit_skipped_total",
                                      {"reason": "node_label_missing"}) == 1
 
 
 def test_hamicore_never_writes_zero(api, namespace):
     pod = create_pod(api, namespace, fraction_pod_body("p1"))
-    events: list = []
-    ctx = fraction_context(api, pod, portion="0.00", node_labels={"nvidia.com/gpu.memory": "40960"}, events=events)
+    ctx = fraction_context(api, pod, portion="0.00", node_labels={"nvidia.com/gpu.memory": "40960"})
     GpuSharingPlugin(cdi_enabled=False).prebind(ctx)
-    HamiCorePlugin(registry=CollectorRegistry()).prebind(ctx)
+    with pytest.raises(BindError, match="is less than 1 MiB|is not a positive number"):
+        HamiCorePlugin(registry=CollectorRegistry()).prebind(ctx)
     assert "CUDA_DEVICE_MEMORY_LIMIT" not in get_configmap(api, namespace, CAP)["data"]
-    assert events and events[0][2] == "GPUMemoryLimitNotSet"

@@ -46,7 +46,8 @@ def test_reservation_pod_spec_with_defaults():
         "name": reservation_pod_name("n1", "g1"),
         "namespace": "kai-resource-reservation",
         "labels": {"app": "kai-resource-reservation", "runai-gpu-group": "g1"},
-        "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+        "annotations": {"karpenter.sh/do-not-disrupt": "true",
+                        "nvidia.com/container.resource-reservation.gpu-compute.mode": "time-slicing"},
     }
     spec = body["spec"]
     assert spec["nodeName"] == "n1"
@@ -284,7 +285,7 @@ def test_the_cached_gpu_id_is_used_only_for_one_live_reservation_pod_on_the_node
     from binder.reservation.service import ReservationService
 
     service = ReservationService(NoApi(), ReservationSettings(namespace="rsv"), FakeCacheReads(shown))
-    assert service._cached_gpu_id("n1", "g") == expected
+    assert service._cached_gpu_id("n1", "g", "time-slicing") == expected
 
 
 def test_a_reservation_pod_this_binder_deleted_is_never_read_back_from_the_cache():
@@ -296,9 +297,9 @@ def test_a_reservation_pod_this_binder_deleted_is_never_read_back_from_the_cache
 
     shown = reservation_for("g")
     service = ReservationService(Deletes(), ReservationSettings(namespace="rsv"), FakeCacheReads([shown]))
-    assert service._cached_gpu_id("n1", "g") == "GPU-1"
+    assert service._cached_gpu_id("n1", "g", "time-slicing") == "GPU-1"
     service._delete_pod(shown, grace_zero=True)  # the GC removed it; the informer has not said so yet
-    assert service._cached_gpu_id("n1", "g") == ""
+    assert service._cached_gpu_id("n1", "g", "time-slicing") == ""
 
 
 def test_the_users_of_a_group_on_a_node_are_its_running_pods_and_its_bound_pending_ones():

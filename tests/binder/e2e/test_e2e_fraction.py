@@ -96,7 +96,8 @@ def test_hamicore_writes_the_memory_limit_from_the_node_label(binder, kube, name
     assert cap["data"][names.CUDA_DEVICE_MEMORY_LIMIT] == "4147m"
 
 
-def test_hamicore_without_the_node_label_binds_and_says_why(binder, kube, namespace, make_gpu_node, node_player):
+def test_hamicore_without_the_node_label_fails_closed_with_the_reason(binder, kube, namespace, make_gpu_node,
+                                                                       node_player):
     node = make_gpu_node()["metadata"]["name"]
     kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: None}}})
     make_pod(kube, namespace, "h2", fraction="0.5", hamicore=True)
@@ -105,11 +106,13 @@ def test_hamicore_without_the_node_label_binds_and_says_why(binder, kube, namesp
         app.caches.nodes.get(node) or {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: "x"}}}
     )["metadata"].get("labels", {}))
     make_bind_request(kube, namespace, "h2", node, fraction_groups=["gh2"])
-    wait_phase(kube, namespace, "h2", names.PHASE_SUCCEEDED)
-    cap = configmaps(kube, namespace, "h2")["h2-bcd2345-shared-gpu-0"]
-    assert names.CUDA_DEVICE_MEMORY_LIMIT not in cap["data"]
-    events = wait_for("hamicore warning", lambda: [e for e in events_for(kube, namespace, "h2")
-                                                   if e["type"] == "Warning"])
+    br = wait_phase(kube, namespace, "h2", names.PHASE_FAILED, attempts=1)
+    assert br["status"]["reason"] == ("plugin hamicore failed in PreBind: failed to calculate "
+                                      f"CUDA_DEVICE_MEMORY_LIMIT for pod <{namespace}/h2>: node {node} has no "
+                                      "nvidia.com/gpu.memory label")
+    assert not kube.get(f"/api/v1/namespaces/{namespace}/pods/h2")["spec"].get("nodeName")  # never bound unlimited
+    events = wait_for("the failure's event", lambda: [e for e in events_for(kube, namespace, "h2")
+                                                       if e["type"] == "Warning"])
     assert names.CUDA_DEVICE_MEMORY_LIMIT in events[0]["message"]
 
 
