@@ -86,7 +86,8 @@ class BinderApp:
         self.reporter = BackgroundReporter(on_depth=self.metrics.reports_pending.set,
                                            max_pending=settings.max_pending_reports)
         self.plugins = plugins if plugins is not None else build_plugins(
-            settings.plugins_json, client=client, registry=self.metrics.registry)
+            settings.plugins_json, client=client, sharing_mode=settings.gpu_sharing_mode,
+            registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)

@@ -52,6 +52,7 @@ class Settings:
     metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
     health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
     plugins_json: str | None = None
+    gpu_sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
@@ -115,6 +116,9 @@ def _parser() -> Parser:
                    help="[host]:port of /healthz and /readyz (0: off)")
     add_bool_flag(p, "--fake-gpu-nodes", False, "reservation pods run `ubuntu sleep infinity`")
     p.add_argument("--plugins", type=str, default=None, help="JSON: plugin name -> {enabled, priority, arguments}")
+    p.add_argument("--gpu-sharing-mode", choices=names.GPU_SHARING_MODES, default=names.SHARING_NON_MEMORY_ENFORCED,
+                   help="KAI v0.18's GPU sharing preset: which of gpusharing, hamicore and nvfractions run by default "
+                        "(--plugins entries still win)")
     p.add_argument("--runtime-class-name", default="", help="runtimeClassName of reservation pods (empty: not set)")
     # Ours.
     p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
@@ -202,6 +206,7 @@ def _build(args: argparse.Namespace) -> Settings:
         metrics_address=args.metrics_bind_address,
         health_address=args.health_probe_bind_address,
         plugins_json=args.plugins or None,
+        gpu_sharing_mode=args.gpu_sharing_mode,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=args.client_timeout,

@@ -12,10 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from common import names
+
 VOLUMEBINDING = "volumebinding"
 DYNAMICRESOURCES = "dynamicresources"
 GPUSHARING = "gpusharing"
 HAMICORE = "hamicore"
+NVFRACTIONS = "nvfractions"
 
 BIND_TIMEOUT_SECONDS = "bindTimeoutSeconds"
 CDI_ENABLED = "cdiEnabled"
@@ -50,15 +53,21 @@ PluginsConfig = dict[str, PluginConfig]
 
 
 def default_config(
-    bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS, cdi_enabled: bool = False
+    bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS, cdi_enabled: bool = False,
+    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED,
 ) -> PluginsConfig:
-    """The reference's DefaultConfig(120, false): hamicore is present but disabled."""
+    """The reference's DefaultConfig(120, false) under a GPU sharing mode preset (KAI v0.18): NonMemoryEnforced
+    runs gpusharing (hamicore present but disabled: KAI v0.17's defaults), HamiCore adds hamicore, NvFractions runs
+    nvfractions alone, Disabled none of the three. `--plugins` entries still win over the preset."""
     timeout = str(bind_timeout_seconds)
+    cdi = {CDI_ENABLED: "true" if cdi_enabled else "false"}
     return {
         VOLUMEBINDING: PluginConfig(True, 300, {BIND_TIMEOUT_SECONDS: timeout}),
         DYNAMICRESOURCES: PluginConfig(True, 200, {BIND_TIMEOUT_SECONDS: timeout}),
-        GPUSHARING: PluginConfig(True, 100, {CDI_ENABLED: "true" if cdi_enabled else "false"}),
-        HAMICORE: PluginConfig(False, 50, None),
+        GPUSHARING: PluginConfig(sharing_mode in (names.SHARING_NON_MEMORY_ENFORCED, names.SHARING_HAMI_CORE), 100,
+                                 dict(cdi)),
+        NVFRACTIONS: PluginConfig(sharing_mode == names.SHARING_NV_FRACTIONS, 90, dict(cdi)),
+        HAMICORE: PluginConfig(sharing_mode == names.SHARING_HAMI_CORE, 50, None),
     }
 
 

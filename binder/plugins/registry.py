@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from binder.plugins import config as cfg
 from binder.plugins.base import BinderPlugin
 from binder.plugins.config import PluginConfigError, PluginsConfig, parse_plugins_flag
+from common import names
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
@@ -96,6 +97,12 @@ def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin
     return GpuSharingPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
 
 
+def _nvfractions(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.nvfractions import NvFractionsPlugin
+
+    return NvFractionsPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
+
+
 def _hamicore(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
     from binder.plugins.hamicore import HamiCorePlugin
 
@@ -106,6 +113,7 @@ BUILDERS: dict[str, Builder] = {
     cfg.VOLUMEBINDING: _volumebinding,
     cfg.DYNAMICRESOURCES: _dynamicresources,
     cfg.GPUSHARING: _gpusharing,
+    cfg.NVFRACTIONS: _nvfractions,
     cfg.HAMICORE: _hamicore,
 }
 
@@ -126,12 +134,13 @@ def build_configured_plugins(config: PluginsConfig, **deps: Any) -> list[BinderP
 
 
 def build_plugins(
-    overrides: str | PluginsConfig | None, *, client: KubeClient | None = None, **deps: Any
+    overrides: str | PluginsConfig | None, *, client: KubeClient | None = None,
+    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, **deps: Any
 ) -> list[BinderPlugin]:
     """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
     already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError.
 
     `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered."""
     decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
-    resolved = cfg.resolve_config(cfg.default_config(), decoded)
+    resolved = cfg.resolve_config(cfg.default_config(sharing_mode=sharing_mode), decoded)
     return build_configured_plugins(resolved, client=client, **deps)

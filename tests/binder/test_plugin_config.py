@@ -176,7 +176,7 @@ def test_disabled_hamicore_needs_nothing():
 
 
 def test_every_reference_plugin_has_a_builder():
-    assert set(BUILDERS) == {"volumebinding", "dynamicresources", "gpusharing", "hamicore"}
+    assert set(BUILDERS) == {"volumebinding", "dynamicresources", "gpusharing", "hamicore", "nvfractions"}  # v0.18
 
 
 def test_already_decoded_overrides_are_accepted():

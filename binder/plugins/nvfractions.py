@@ -1,0 +1,105 @@
+"""nvfractions (priority 90, the NvFractions GPU sharing mode of KAI v0.18): the fraction container's GPU devices
+and memory request as pod annotations, for the node's NvFractions operator (no ConfigMaps, no volumes).
+
+PreBind adds to the pipeline's one pre-bind annotation patch (BindContext.bind_annotations):
+* `nvidia.com/container.<c>.gpu-memory.request`, unless the pod already has it (admission converts `gpu-memory`):
+  trunc(node label nvidia.com/gpu.memory MiB x spec.receivedGPU.portion) MiB, as a canonical Kubernetes quantity
+  (8192 MiB is written `8Gi`);
+* `nvidia.com/container.<c>.gpus.devices`: the reserved GPU ids in group order, CDI device names with cdiEnabled.
+  Only the binder may write it (the validating webhook refuses it from anyone else).
+The container is the one the pod's `nvidia.com/container.<c>.` annotations name, else the v0.17 fraction container
+(`gpu-fraction-container-name`, else the first). PostBind and Rollback do nothing: the annotations go with the pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from binder.plugins.base import GPU_IDS, BindContext, BindError
+from binder.plugins.gpusharing import is_fraction_bind, visible_devices_value
+from common import names
+from common.fraction import FractionContainerNotFound, fraction_container_ref
+from common.gpu_request import parse_go_float
+
+NAME = "nvfractions"
+_BINARY_SUFFIXES = ("Gi", "Ti", "Pi", "Ei")
+
+
+def mebibytes_quantity(mib: int) -> str:
+    """`resource.MustParse("<mib>Mi").String()`: the largest binary suffix that keeps the number whole."""
+    value, suffix = mib, "Mi"
+    for larger in _BINARY_SUFFIXES:
+        if value % 1024:
+            break
+        value, suffix = value // 1024, larger
+    return f"{value}{suffix}"
+
+
+def annotation_key(container: str, suffix: str) -> str:
+    return f"{names.NVFRACTIONS_ANNOTATION_PREFIX}{container}{suffix}"
+
+
+def nvfractions_container(pod: dict[str, Any]) -> str:
+    """The container the pod's NvFractions annotations name, else the fraction container's name."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    for key in sorted(annotations):
+        if key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX):
+            rest = key[len(names.NVFRACTIONS_ANNOTATION_PREFIX):]
+            for suffix in (names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX,
+                           names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX, names.GPU_COMPUTE_MODE_SUFFIX):
+                if rest.endswith(suffix) and rest[:-len(suffix)]:
+                    return rest[:-len(suffix)]
+    ref = fraction_container_ref(pod)
+    containers = (pod.get("spec") or {}).get("initContainers" if ref.init else "containers") or []
+    return str((containers[ref.index] if ref.index < len(containers) else {}).get("name") or "")
+
+
+def memory_request(node: dict[str, Any], received_gpu: Any) -> str:
+    """The memory request quantity, or raise ValueError with the reference's message."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if not node or not isinstance(received_gpu, dict):
+        raise ValueError("missing data for NvFractions annotation calculation")
+    label = labels.get(names.GPU_MEMORY_NODE_LABEL)
+    if label is None:
+        raise ValueError(f"node does not include {names.GPU_MEMORY_NODE_LABEL} label")
+    total = parse_go_float(str(label))
+    if total is None or not total > 0 or total == float("inf"):
+        raise ValueError(f'invalid {names.GPU_MEMORY_NODE_LABEL} label value "{label}"')
+    portion_text = str(received_gpu.get("portion", ""))
+    portion = parse_go_float(portion_text)
+    if portion is None or not portion > 0 or portion == float("inf"):
+        raise ValueError(f'invalid received gpu portion "{portion_text}"')
+    mib = int(total * portion)
+    if mib <= 0:
+        raise ValueError("calculated gpu memory request is zero")
+    return mebibytes_quantity(mib)
+
+
+class NvFractionsPlugin:
+    name = NAME
+
+    def __init__(self, cdi_enabled: bool = False) -> None:
+        self.cdi_enabled = cdi_enabled
+
+    def prebind(self, ctx: BindContext) -> None:
+        if not is_fraction_bind(ctx.bind_request):
+            return
+        try:
+            container = nvfractions_container(ctx.pod)
+        except FractionContainerNotFound as error:
+            raise BindError(f"failed to get fraction container ref: {error}") from error
+        annotations = (ctx.pod.get("metadata") or {}).get("annotations") or {}
+        request_key = annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX)
+        if request_key not in annotations:
+            try:
+                ctx.bind_annotations[request_key] = memory_request(ctx.node, ctx.spec.get("receivedGPU"))
+            except ValueError as error:
+                raise BindError(f"failed to set NvFractions memory annotation: {error}") from error
+        ctx.bind_annotations[annotation_key(container, names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX)] = \
+            visible_devices_value(list(ctx.state.get(GPU_IDS) or []), self.cdi_enabled)
+
+    def postbind(self, ctx: BindContext) -> None:
+        return None
+
+    def rollback(self, ctx: BindContext) -> None:
+        return None
