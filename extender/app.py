@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 
 from common import names
 from common.buildinfo import BuildInfoCollector
+from common.gpugroups import is_group_label
 from common.kube.cache import EventHandlers, Informer, object_key
 from common.kube.caches import slim_generic, slim_meta
 from common.kube.client import KubeClient, bindrequest_path, pod_path
@@ -35,8 +36,10 @@ _POD_ANNOTATIONS = (names.GPU_FRACTION, names.GPU_MEMORY, names.GPU_FRACTION_NUM
                     names.SHARED_GPU_CONFIGMAP)
 
 
-def _gpu_label(key: str) -> bool:
-    return key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)
+def _kept_annotation(key: str) -> bool:
+    """The GPU request's annotations, and the compute mode of a container (a reservation pod's too)."""
+    return key in _POD_ANNOTATIONS or (key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX)
+                                       and key.endswith(names.GPU_COMPUTE_MODE_SUFFIX))
 
 
 def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:
@@ -49,12 +52,13 @@ def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:
 
 
 def slim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """Pods as the ledger and bind read them: identity, GPU labels and annotations, node, GPU limits, phase.
+    """Pods as the ledger and bind read them: identity, GPU labels and annotations (the compute mode too), node, GPU
+    limits, phase.
     Every pod of the cluster is cached, so this is most of the extender's memory (50,000 pods)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    labels = {key: value for key, value in (meta.get("labels") or {}).items() if _gpu_label(key)}
-    annotations = {key: value for key, value in (meta.get("annotations") or {}).items() if key in _POD_ANNOTATIONS}
+    labels = {key: value for key, value in (meta.get("labels") or {}).items() if is_group_label(key)}
+    annotations = {key: value for key, value in (meta.get("annotations") or {}).items() if _kept_annotation(key)}
     slim_spec: dict[str, Any] = {"containers": _gpu_limits_only(spec.get("containers"))}
     if spec.get("initContainers"):
         slim_spec["initContainers"] = _gpu_limits_only(spec["initContainers"])

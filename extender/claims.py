@@ -9,6 +9,11 @@ contract:
 * a BindRequest that is not failed for good is its pod's placement until the pod is bound or ends: it counts
   on its selected node (Fraction: its groups with its portion; Regular: its whole devices). Once the pod is
   bound the pod counts instead, so a BindRequest that lost (another one bound the pod) holds nothing.
+
+Each claim also says the compute sharing mode it gives each of its groups: a pod's from its annotation, a
+reservation pod's from its own (time-slicing when it has none: made before KAI v0.18), a BindRequest's from
+`selectedFractionalGpuGroups` (the deprecated `selectedGPUGroups`: time-slicing). The ledger decides a group's mode
+from all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any
 
 from common import bindrequest, names
 from common.gpu_request import parse_go_float
-from extender.placement import FULL, InvalidRequest, request_of, to_hundredths, whole_gpus_of
+from common.gpugroups import pod_groups, requested_compute_mode, reservation_compute_mode
+from extender.placement import FULL, MIXED_MODES, InvalidRequest, request_of, to_hundredths, whole_gpus_of
 
 ENDED_PHASES = ("Succeeded", "Failed")
 
@@ -31,9 +37,14 @@ class Claim:
     groups: Mapping[str, int] = field(default_factory=dict)  # group id -> hundredths (0: group holds a device)
     # gpu-memory members known only from their labels: group id -> MiB, a share once the node's memory is known
     memory_groups: Mapping[str, int] = field(default_factory=dict)
+    # group id -> the compute sharing mode this source gives it; a group not named here: time-slicing
+    modes: Mapping[str, str] = field(default_factory=dict)
 
     def group_ids(self) -> set[str]:
         return set(self.groups) | set(self.memory_groups)
+
+    def mode_of(self, group: str) -> str:
+        return self.modes.get(group, names.COMPUTE_TIME_SLICING)
 
 
 @dataclass(frozen=True)
@@ -66,30 +77,26 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     return PodState(str(meta(pod).get("uid") or ""), (pod.get("spec") or {}).get("nodeName") or None, ended)
 
 
-def pod_groups(pod: Mapping[str, Any]) -> list[str]:
-    labels = meta(pod).get("labels") or {}
-    return sorted({value for key, value in labels.items()
-                   if value and (key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
-
-
 def pod_claim(pod: Mapping[str, Any], reservation_namespace: str) -> Claim | None:
     """What a bound, unfinished pod holds on its node (None for a pod that holds no GPU)."""
     member = pod_member(pod)
     if meta(pod).get("namespace") == reservation_namespace:
         group = (meta(pod).get("labels") or {}).get(names.GPU_GROUP_LABEL)
-        return Claim(member, groups={group: 0}) if group else Claim(member, whole=1)
+        return Claim(member, groups={group: 0}, modes={group: reservation_compute_mode(pod)}) if group \
+            else Claim(member, whole=1)
     groups = pod_groups(pod)
     if not groups:
         whole = whole_gpus_of(pod)
         return Claim(member, whole=whole) if whole else None
     try:
-        request = request_of(pod)
+        request = request_of(pod, known_modes_only=False)
     except InvalidRequest:
         request = None
+    modes = dict.fromkeys(groups, requested_compute_mode(pod))
     if request is not None and request.memory_mib is not None:
-        return Claim(member, memory_groups={group: request.memory_mib for group in groups})
+        return Claim(member, memory_groups={group: request.memory_mib for group in groups}, modes=modes)
     share = request.fraction if request is not None and request.fraction is not None else FULL
-    return Claim(member, groups={group: share for group in groups})
+    return Claim(member, groups={group: share for group in groups}, modes=modes)
 
 
 def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) -> tuple[str, Claim] | None:
@@ -118,5 +125,16 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         return (node, Claim(member, whole=whole)) if whole else None
     portion = parse_go_float(str(received.get("portion", "")))
     share = to_hundredths(portion) if portion is not None and portion > 0 else FULL
-    groups = bindrequest.selected_gpu_groups(bind_request)
-    return (node, Claim(member, groups={group: share for group in groups})) if groups else None
+    modes = bind_request_modes(bind_request)
+    return (node, Claim(member, groups=dict.fromkeys(modes, share), modes=modes)) if modes else None
+
+
+def bind_request_modes(bind_request: Mapping[str, Any]) -> dict[str, str]:
+    """group id -> the compute sharing mode a BindRequest gives it, in its order (MIXED_MODES for a group it
+    names twice with two modes)."""
+    modes: dict[str, str] = {}
+    for group in bindrequest.fractional_gpu_groups(bind_request):
+        known = modes.setdefault(group.id, group.compute_sharing_mode)
+        if known != group.compute_sharing_mode:
+            modes[group.id] = MIXED_MODES
+    return modes

@@ -9,6 +9,11 @@ share any of them gives, so the ledger can only ever over-estimate what is in us
 A GPU group lives on one node for its whole life: the node of its reservation pod. A group that some object
 names on another node still counts there (a device may be in use), but no pod is placed into it there.
 
+A GPU group's pods share its compute one way (KAI v0.18's compute sharing modes). Every claim that names a group
+gives it a mode (extender/claims.py): its BindRequests, its reservation pod, its member pods and our own decisions.
+A group takes the mode they all give it, on any node; where two give different modes it is MIXED_MODES and nobody
+joins it — so a group whose mode one source misreads can only be joined by nobody, never by a pod of another mode.
+
 Readers (filter, prioritize) take no lock: each node's claims are replaced whole (copy on write) and a node's
 view is cached until its claims change. Writers (informer handlers, bind) hold a short lock; bind holds the
 node's own lock from its final check to its reservation, so two binds to one node cannot both take the last
@@ -20,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,13 +37,14 @@ from extender.claims import (
     PodState,
     bind_request_claim,
     bind_request_member,
+    bind_request_modes,
     member_of,
     meta,
     pod_claim,
     pod_member,
     pod_state,
 )
-from extender.placement import FULL, GpuRequest, NodeGpus, Policy, fit, groups_for
+from extender.placement import FULL, MIXED_MODES, GpuRequest, NodeGpus, Policy, fit, groups_for
 from extender.residues import Residues
 
 # Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
@@ -97,6 +103,8 @@ class Ledger:
         self._bind_requests_of: dict[str, set[str]] = {}  # member -> source keys of its BindRequests
         self._home: dict[str, str] = {}  # group -> node of its live reservation pod
         self._claimed_on: dict[str, dict[str, int]] = {}  # group -> node -> how many claims name it there
+        # group -> mode -> how many claims give it that mode, on any node; each inner dict replaced whole on change
+        self._modes: dict[str, dict[str, int]] = {}
         # Reservation pods a finished BindRequest may have left that the pod cache has not shown (extender/residues.py)
         self._residues = Residues(reservation_namespace)
 
@@ -114,7 +122,7 @@ class Ledger:
         if cached is not None:
             return cached
         version, claims = entry.version, entry.claims
-        built = _build_view(node, entry.devices, entry.memory_mib, claims.values(), self._home)
+        built = _build_view(node, entry.devices, entry.memory_mib, claims.values(), self._home, self._modes)
         if entry.version == version:
             entry.view = built
         return built
@@ -240,16 +248,18 @@ class Ledger:
             if isinstance(outcome, str):
                 return outcome
             groups = groups_for(outcome, new_group_id)
-            self.reserve(namespace, pod_name, node, groups)
+            self.reserve(namespace, pod_name, node, groups, modes=dict.fromkeys(groups, request.mode))
             return groups
 
-    def reserve(self, namespace: str, pod_name: str, node: str, groups: Mapping[str, int], whole: int = 0) -> None:
-        """Count a decision while its bind call runs (dropped by `release`, or by `expire_pending`)."""
+    def reserve(self, namespace: str, pod_name: str, node: str, groups: Mapping[str, int], whole: int = 0,
+                modes: Mapping[str, str] | None = None) -> None:
+        """Count a decision while its bind call runs (dropped by `release`, or by `expire_pending`); `modes`: the
+        compute sharing mode of each group (time-slicing where not named)."""
         member = member_of(namespace, pod_name)
         source = f"pending/{member}"
         with self._write:
             self._awaiting.pop(source, None)  # a new decision: an earlier one's BindRequest no longer settles it
-            self._set_claim(source, node, Claim(member, whole=whole, groups=dict(groups)))
+            self._set_claim(source, node, Claim(member, whole=whole, groups=dict(groups), modes=dict(modes or {})))
             self._pending_since[source] = self._clock()
 
     def release(self, namespace: str, pod_name: str, bind_request: Mapping[str, Any] | None = None) -> None:
@@ -275,7 +285,7 @@ class Ledger:
                 self._forget_pending(f"pending/{member}")
                 return
             node, claim = outcome
-            self.reserve(namespace, pod_name, node, claim.groups, whole=claim.whole)
+            self.reserve(namespace, pod_name, node, claim.groups, whole=claim.whole, modes=claim.modes)
             self.release(namespace, pod_name, bind_request)
 
     def _seen(self, member: str, bind_request_uid: str) -> bool:
@@ -327,8 +337,11 @@ class Ledger:
         self._set_claim(source, node, claim)
 
     def _leave_residues(self, bind_request: Mapping[str, Any]) -> None:
-        for group, node in self._residues.left_by(bind_request, self._home, self._clock()).items():
-            self._set_claim(f"residue/{group}", node, Claim(f"residue/{group}", groups={group: 0}))
+        left = self._residues.left_by(bind_request, self._home, self._clock())
+        modes = bind_request_modes(bind_request) if left else {}
+        for group, node in left.items():
+            mode = modes.get(group, names.COMPUTE_TIME_SLICING)
+            self._set_claim(f"residue/{group}", node, Claim(f"residue/{group}", groups={group: 0}, modes={group: mode}))
 
     def _pod_cache_moved(self, pod: Mapping[str, Any], reservation_gone: bool) -> None:
         for group in self._residues.pod_seen(pod, reservation_gone, self._clock()):
@@ -362,7 +375,7 @@ class Ledger:
                 claims = dict(entry.claims)
                 claims.pop(source, None)
                 if old is not None:
-                    self._count_groups(old.group_ids(), previous, -1)
+                    self._count_groups(old, previous, -1)
                 entry.claims = claims
                 self._changed(entry)
                 freed = previous
@@ -371,14 +384,14 @@ class Ledger:
                 claims = dict(entry.claims)
                 claims[source] = claim
                 entry.claims = claims
-                self._count_groups(claim.group_ids(), node, +1)
+                self._count_groups(claim, node, +1)
                 self._where[source] = node
                 self._changed(entry)
         if freed is not None:
             self.on_freed(freed)
 
-    def _count_groups(self, groups: Iterable[str], node: str, delta: int) -> None:
-        for group in groups:
+    def _count_groups(self, claim: Claim, node: str, delta: int) -> None:
+        for group in claim.group_ids():
             nodes = self._claimed_on.setdefault(group, {})
             count = nodes.get(node, 0) + delta
             if count > 0:
@@ -387,6 +400,23 @@ class Ledger:
                 nodes.pop(node, None)
                 if not nodes:
                     self._claimed_on.pop(group, None)
+            self._count_mode(group, claim.mode_of(group), delta)
+
+    def _count_mode(self, group: str, mode: str, delta: int) -> None:
+        modes = dict(self._modes.get(group, {}))  # copied: a view being built may be reading the old one
+        count = modes.get(mode, 0) + delta
+        if count > 0:
+            modes[mode] = count
+        else:
+            modes.pop(mode, None)
+        if modes:
+            self._modes[group] = modes
+        else:
+            self._modes.pop(group, None)
+        if (count > 0) != (count - delta > 0):  # a mode given to the group first, or no more: its views change
+            for other in self._claimed_on.get(group, {}):
+                if other in self._nodes:
+                    self._changed(self._nodes[other])
 
     @staticmethod
     def _changed(entry: _NodeEntry) -> None:
@@ -411,7 +441,8 @@ def whole_refusal(request: GpuRequest, view: NodeGpus) -> str:
             f"groups); {request.whole} whole GPU(s) requested")
 
 
-def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str]) -> NodeGpus:
+def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str],
+                modes: Mapping[str, Mapping[str, int]]) -> NodeGpus:
     view = NodeGpus(node, devices, memory_mib)
     shares: dict[tuple[str, str], int] = {}
     whole: dict[str, int] = {}
@@ -427,4 +458,9 @@ def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, ho
     for (group, _), share in shares.items():
         view.groups[group] = view.groups.get(group, 0) + share
     view.foreign = frozenset(group for group in view.groups if home.get(group, node) != node)
+    for group in view.groups:
+        given = modes.get(group) or {}
+        mode = next(iter(given)) if len(given) == 1 else MIXED_MODES if given else names.COMPUTE_TIME_SLICING
+        if mode != names.COMPUTE_TIME_SLICING:
+            view.modes[group] = mode
     return view

@@ -5,6 +5,9 @@ Nothing here reads the API server; extender/ledger.py builds the `NodeGpus` thes
 whole hundredths of a GPU (0.50 is 50): the BindRequest carries the portion with two decimals, as the KAI
 scheduler writes it, and integer sums can be checked against 100 exactly — "a GPU is never over-committed"
 is `sum(shares of a group) <= 100`, with no rounding in the way.
+
+A GPU group's pods share its GPU's compute one way (KAI v0.18's compute sharing modes, time-slicing unless the pod
+asks otherwise): a pod joins only groups of its own mode, and a new group gets the pod's mode.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from typing import Any
 
 from common import names
 from common.gpu_request import parse_go_float, parse_go_uint
+from common.gpugroups import requested_compute_mode
 
 FULL = 100  # one whole GPU, in hundredths
 MAX_SCORE = 10  # the extender protocol's maximum priority
+# The mode of a GPU group whose sources name different modes: no pod joins it.
+MIXED_MODES = "mixed"
 
 
 class Policy(enum.Enum):
@@ -29,12 +35,14 @@ class Policy(enum.Enum):
 
 @dataclass(frozen=True)
 class GpuRequest:
-    """What a pod asks of GPUs. `fraction` (hundredths) or `memory_mib` for a shared request; `whole` GPUs."""
+    """What a pod asks of GPUs. `fraction` (hundredths) or `memory_mib` for a shared request; `whole` GPUs.
+    `mode`: how a shared request shares its GPUs' compute (the GPU groups it may join)."""
 
     fraction: int | None = None
     memory_mib: int | None = None
     devices: int = 1
     whole: int = 0
+    mode: str = names.COMPUTE_TIME_SLICING
 
     @property
     def shared(self) -> bool:
@@ -47,6 +55,7 @@ class GpuRequest:
             amount = f"gpu-fraction {self.fraction / FULL:.2f}"
         else:
             return f"{self.whole} whole GPU(s)"
+        amount += "" if self.mode == names.COMPUTE_TIME_SLICING else f" ({self.mode})"
         return amount if self.devices == 1 else f"{amount} on each of {self.devices} GPUs"
 
 
@@ -59,10 +68,18 @@ def to_hundredths(portion: float) -> int:
     return max(1, min(FULL, round(portion * FULL))) if portion > 0 else 0
 
 
-def request_of(pod: Mapping[str, Any]) -> GpuRequest:
-    """The pod's GPU request from its annotations (gpu-fraction, gpu-memory, gpu-fraction-num-devices) and
-    `nvidia.com/gpu` limits."""
+def request_of(pod: Mapping[str, Any], known_modes_only: bool = True) -> GpuRequest:
+    """The pod's GPU request from its annotations (gpu-fraction, gpu-memory, gpu-fraction-num-devices, a
+    container's gpu-compute.mode) and `nvidia.com/gpu` limits. A shared request of a compute mode that is not
+    known is refused, unless `known_modes_only` is off (a bound pod's claim: it keeps the mode as written, which no
+    other pod's matches)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    mode = requested_compute_mode(pod)
+    if known_modes_only and mode not in names.COMPUTE_SHARING_MODES and (
+            names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations):
+        raise InvalidRequest(f'{names.NVFRACTIONS_ANNOTATION_PREFIX}<container>{names.GPU_COMPUTE_MODE_SUFFIX} '
+                             f'"{mode}" is not a GPU compute sharing mode (one of '
+                             f'{", ".join(names.COMPUTE_SHARING_MODES)})')
     devices = 1
     if names.GPU_FRACTION_NUM_DEVICES in annotations:
         parsed_devices = parse_go_uint(str(annotations[names.GPU_FRACTION_NUM_DEVICES]))
@@ -73,12 +90,12 @@ def request_of(pod: Mapping[str, Any]) -> GpuRequest:
         value = parse_go_float(str(annotations[names.GPU_FRACTION]))
         if value is None or not 0 < value < 1:
             raise InvalidRequest(f"{names.GPU_FRACTION} must be a number between 0 and 1")
-        return GpuRequest(fraction=to_hundredths(value), devices=devices)
+        return GpuRequest(fraction=to_hundredths(value), devices=devices, mode=mode)
     if names.GPU_MEMORY in annotations:
         memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
         if not memory:
             raise InvalidRequest(f"{names.GPU_MEMORY} must be a positive number of MiB")
-        return GpuRequest(memory_mib=memory, devices=devices)
+        return GpuRequest(memory_mib=memory, devices=devices, mode=mode)
     return GpuRequest(whole=whole_gpus_of(pod))
 
 
@@ -98,7 +115,8 @@ def whole_gpus_of(pod: Mapping[str, Any]) -> int:
 
 @dataclass
 class NodeGpus:
-    """One node's GPUs as the ledger sees them: devices, and the share in use of each GPU group on it.
+    """One node's GPUs as the ledger sees them: devices, and the share in use of each GPU group on it, and its
+    compute sharing mode.
 
     Every GPU group holds one device (its reservation pod), from its first member until its last is gone.
     """
@@ -110,6 +128,8 @@ class NodeGpus:
     groups: dict[str, int] = field(default_factory=dict)  # group id -> hundredths in use
     # Groups named on this node whose reservation pod lives on another: they count here, but nobody joins them.
     foreign: frozenset[str] = frozenset()
+    # group id -> its compute sharing mode (MIXED_MODES: its sources disagree); a group not named: time-slicing.
+    modes: dict[str, str] = field(default_factory=dict)
     # Answers already worked out for this view (the ledger builds a new view whenever the node's pods change,
     # so they never go stale): a burst of similar pods costs a lookup per node instead of a placement.
     answers: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -119,12 +139,16 @@ class NodeGpus:
         return max(0, self.devices - self.whole_in_use - len(self.groups))
 
     def copy(self) -> NodeGpus:
-        return NodeGpus(self.name, self.devices, self.memory_mib, self.whole_in_use, dict(self.groups), self.foreign)
+        return NodeGpus(self.name, self.devices, self.memory_mib, self.whole_in_use, dict(self.groups), self.foreign,
+                        dict(self.modes))
 
-    def joinable(self, share: int) -> list[tuple[int, str]]:
-        """(used, group) of the groups of this node that have room for `share`."""
+    def mode_of(self, group: str) -> str:
+        return self.modes.get(group, names.COMPUTE_TIME_SLICING)
+
+    def joinable(self, share: int, mode: str = names.COMPUTE_TIME_SLICING) -> list[tuple[int, str]]:
+        """(used, group) of the groups of this node that have room for `share` and share compute as `mode` does."""
         return [(used, group) for group, used in self.groups.items()
-                if used + share <= FULL and group not in self.foreign]
+                if used + share <= FULL and group not in self.foreign and self.mode_of(group) == mode]
 
 
 @dataclass(frozen=True)
@@ -167,7 +191,7 @@ def _fit(request: GpuRequest, node: NodeGpus, policy: Policy) -> Fit | str:
         return share
     # Binpack joins the fullest groups first (best fit), spread the emptiest; the group id breaks ties.
     order = (lambda item: (-item[0], item[1])) if policy is Policy.BINPACK else (lambda item: item)
-    joinable = node.joinable(share)
+    joinable = node.joinable(share, request.mode)
     needed = request.devices
     if needed == 1 and joinable:
         joinable = [min(joinable, key=order)]  # the one a single device takes; no need to sort them all
@@ -187,10 +211,12 @@ def _fit(request: GpuRequest, node: NodeGpus, policy: Policy) -> Fit | str:
 
 def _refusal(request: GpuRequest, node: NodeGpus, share: int) -> str:
     free = node.free_devices
-    largest = max((FULL - used for group, used in node.groups.items() if group not in node.foreign), default=0)
+    largest = max((FULL - used for group, used in node.groups.items()
+                   if group not in node.foreign and node.mode_of(group) == request.mode), default=0)
     free_text = "none free" if free == 0 else f"{free} free"
     wanted = f"{share / FULL:.2f} requested" + ("" if request.devices == 1 else f" on each of {request.devices}")
-    return (f"{node.devices} GPUs, {free_text}; largest free share "
+    of_mode = "" if request.mode == names.COMPUTE_TIME_SLICING else f" of a {request.mode} GPU"
+    return (f"{node.devices} GPUs, {free_text}; largest free share{of_mode} "
             f"{(FULL if free else largest) / FULL:.2f} < {wanted}")
 
 
@@ -213,7 +239,7 @@ def _fits(request: GpuRequest, node: NodeGpus) -> bool | str:
     free = node.free_devices
     if free >= request.devices:
         return True
-    joinable = len(node.joinable(share))
+    joinable = len(node.joinable(share, request.mode))
     return True if joinable + free >= request.devices else _refusal(request, node, share)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import names
+from common.bindrequest import gpu_groups_spec
 from extender.ledger import Ledger, Standing, standing_of, whole_refusal
 from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, placements, request_of, scores
 
@@ -229,9 +230,10 @@ def bind_request_manifest(pod: dict[str, Any], node: str, request: GpuRequest,
     spec: dict[str, Any] = {"podName": meta.get("name"), "selectedNode": node}
     if groups:
         share = next(iter(groups.values()))
+        # Both fields: the typed groups with the pod's compute mode (KAI v0.18), the deprecated list for older binders
         spec.update(receivedResourceType=names.RECEIVED_TYPE_FRACTION,
                     receivedGPU={"count": len(groups), "portion": f"{share / FULL:.2f}"},
-                    selectedGPUGroups=list(groups))
+                    **gpu_groups_spec(list(groups), request.mode))
     else:
         spec.update(receivedResourceType=names.RECEIVED_TYPE_REGULAR,
                     receivedGPU={"count": request.whole, "portion": "1.00" if request.whole else "0.00"})

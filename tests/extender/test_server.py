@@ -12,9 +12,10 @@ from extender.verbs import Verbs
 from tests.extender.ledger_kit import PlayedBinder, node
 
 
-def fraction_pod(name, fraction="0.5"):
+def fraction_pod(name, fraction="0.5", mode=None):
+    annotations = {"gpu-fraction": fraction} | ({"nvidia.com/container.c.gpu-compute.mode": mode} if mode else {})
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-                         "annotations": {"gpu-fraction": fraction}}, "spec": {"containers": [{"name": "c"}]}}
+                         "annotations": annotations}, "spec": {"containers": [{"name": "c"}]}}
 
 
 @pytest.fixture
@@ -61,6 +62,8 @@ def test_node_objects_come_back_when_the_scheduler_is_not_node_cache_capable(ext
     ("filter", "{not json", {"Error": "request body is not JSON"}),
     ("filter", json.dumps({"Pod": fraction_pod("x", "7"), "NodeNames": ["n1"]}),
      {"Error": "gpu-fraction must be a number between 0 and 1"}),
+    ("filter", json.dumps({"Pod": fraction_pod("x", mode="mps"), "NodeNames": ["n1"]}),
+     {"Error": 'nvidia.com/container.<container>.gpu-compute.mode "mps" is not a GPU compute sharing mode'}),
     ("bind", json.dumps({"PodName": "ghost", "PodNamespace": "ns", "Node": "n1"}),
      {"Error": 'pods "ghost" not found in namespace "ns"'}),
     ("bind", json.dumps({"PodName": "a", "PodNamespace": "ns", "PodUID": "old", "Node": "n1"}),

@@ -50,7 +50,9 @@ def test_bind_writes_the_bind_request_the_kai_scheduler_would():
         "metadata": {"name": "trainer", "namespace": "ns", "labels": {"selected-node": "n1"},
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "trainer", "uid": "uid-1"}]},
         "spec": {"podName": "trainer", "selectedNode": "n1", "receivedResourceType": "Fraction",
-                 "receivedGPU": {"count": 2, "portion": "0.50"}, "selectedGPUGroups": ["group-0", "group-1"]}}]
+                 "receivedGPU": {"count": 2, "portion": "0.50"}, "selectedGPUGroups": ["group-0", "group-1"],
+                 "selectedFractionalGpuGroups": [{"id": "group-0", "computeSharingMode": "time-slicing"},
+                                                 {"id": "group-1", "computeSharingMode": "time-slicing"}]}}]
 
 
 def test_whole_gpu_and_cpu_pods_get_regular_bind_requests():
