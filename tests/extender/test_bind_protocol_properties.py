@@ -4,7 +4,9 @@ the binder's attempts (whole or cut in two) and failures, pods ending, garbage c
 
 The invariants read only the simulated API server (the kubelet's truth), never the ledger: no GPU's share is
 over-committed, a GPU group lives on one node, no node runs more devices than it has, the kubelet never refuses
-what the extender placed, and a Succeeded BindRequest names only the groups its bound pod is in.
+what the extender placed, a Succeeded BindRequest names only the groups its bound pod is in, and no GPU group has
+members of two compute sharing modes (pods ask for one at random; the simulated binder, like one that trusts the
+scheduler, joins a pod to whatever group its BindRequest names).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from common import names
-from common.bindrequest import backoff_limit, failed_for_good, owner_pod_uid, selected_gpu_groups
-from extender.claims import pod_groups
+from common.bindrequest import backoff_limit, failed_for_good, fractional_gpu_groups, owner_pod_uid, selected_gpu_groups
+from common.gpugroups import compute_mode_annotation, pod_groups, requested_compute_mode, reservation_compute_mode
 from extender.ledger import Ledger
 from extender.placement import FULL, whole_gpus_of
 from extender.verbs import BindOutcome, StandingBindRequest, Verbs
@@ -253,7 +255,9 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         # Few names, so that a pod is often re-created under the name of one whose BindRequest is still there.
         return [name for name in ("p0", "p1", "p2", "p3", "p4") if (NS, name) not in self.api.pods]
 
-    def new_pod(self, name: str, kind: str, fraction: int = 10, memory: int = 2048, devices: int = 1) -> Obj:
+    def new_pod(self, name: str, kind: str, fraction: int = 10, memory: int = 2048, devices: int = 1,
+                mode: str | None = None) -> Obj:
+        """`mode`: the compute sharing mode the pod's container asks for (None: none asked, time-slicing)."""
         annotations: dict[str, str] = {}
         container: Obj = {"name": "main"}
         if kind == "whole":
@@ -263,6 +267,8 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                 {names.GPU_MEMORY: str(memory)}
             if devices > 1:
                 annotations[names.GPU_FRACTION_NUM_DEVICES] = str(devices)
+        if mode is not None:
+            annotations[compute_mode_annotation("main")] = mode
         pod = {"metadata": {"name": name, "namespace": NS, "uid": self.api.new_uid("pod"), "annotations": annotations},
                "spec": {"containers": [container]}, "status": {"phase": "Pending"}}
         self.api.put(PODS, pod)
@@ -271,9 +277,12 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
     @precondition(lambda self: self.free_names() and len(self.pending()) < 3)
     @rule(data=st.data(), kind=st.sampled_from(["fraction", "memory", "whole"]),
           fraction=st.sampled_from([10, 25, 30, 50, 60, 75, 99]), memory=st.sampled_from([2048, 4096, 10240, 20480]),
-          devices=st.sampled_from([1, 1, 2, 3]))
-    def create_pod(self, data: st.DataObject, kind: str, fraction: int, memory: int, devices: int) -> None:
-        self.new_pod(data.draw(st.sampled_from(self.free_names()), label="name"), kind, fraction, memory, devices)
+          devices=st.sampled_from([1, 1, 2, 3]),
+          mode=st.sampled_from([None, names.COMPUTE_TIME_SLICING, names.COMPUTE_SM_SHARING, names.COMPUTE_SM_SHARING]))
+    def create_pod(self, data: st.DataObject, kind: str, fraction: int, memory: int, devices: int,
+                   mode: str | None) -> None:
+        self.new_pod(data.draw(st.sampled_from(self.free_names()), label="name"), kind, fraction, memory, devices,
+                     mode)
 
     @precondition(lambda self: self.schedulable(self.pending()))
     @rule(data=st.data(), stale_pod=st.integers(0, 4))
@@ -335,6 +344,7 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         status write fails, the rest is done)."""
         spec = br["spec"]
         node, groups = spec["selectedNode"], selected_gpu_groups(br)
+        modes = {group.id: group.compute_sharing_mode for group in fractional_gpu_groups(br)}
         pod = self.api.pods.get((NS, spec["podName"]))
         if pod is None or uid_of(pod) != owner_pod_uid(br):
             return self.fail(br, "the pod is gone or was replaced")
@@ -354,9 +364,11 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                 if reservation is not None:
                     self.api.delete(PODS, reservation)  # a dead one holds no device
                 admitted = self.devices_in_use(node) < self.devices[node]
-                self.api.put(PODS, {
+                self.api.put(PODS, {  # made for the mode the BindRequest gives the group
                     "metadata": {"name": f"{names.RESERVATION_POD_NAME_PREFIX}-{group}", "namespace": RES_NS,
-                                 "uid": self.api.new_uid("res"), "labels": {names.GPU_GROUP_LABEL: group}},
+                                 "uid": self.api.new_uid("res"), "labels": {names.GPU_GROUP_LABEL: group},
+                                 "annotations": {compute_mode_annotation(names.RESERVATION_CONTAINER_NAME):
+                                                 modes[group]}},
                     "spec": {"nodeName": node}, "status": {"phase": "Running" if admitted else "Failed"}})
                 if not admitted:
                     self.refusals.append(f"reservation pod of {group} on {node}: UnexpectedAdmissionError")
@@ -473,6 +485,20 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
                 used[group] += share
         over = {group: share for group, share in used.items() if share > FULL}
         assert not over, f"GPUs shared beyond a whole (group: hundredths): {over}"
+
+    @invariant()
+    def no_gpu_group_has_members_of_two_compute_modes(self) -> None:
+        modes: dict[str, set[str]] = {}
+        for pod in self.reservation_pods():
+            if phase_of(pod) == "Running":
+                modes.setdefault(pod["metadata"]["labels"][names.GPU_GROUP_LABEL], set()).add(
+                    reservation_compute_mode(pod))
+        for pod in self.user_pods():
+            if phase_of(pod) == "Running":
+                for group in pod_groups(pod):
+                    modes.setdefault(group, set()).add(requested_compute_mode(pod))
+        mixed = {group: sorted(given) for group, given in modes.items() if len(given) > 1}
+        assert not mixed, f"GPU groups with members of two compute modes (with their reservation pod): {mixed}"
 
     @invariant()
     def a_succeeded_bind_request_names_only_its_pods_groups(self) -> None:
