@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from admission.gotext import go_quote
 from admission.patch import make_patch
 from admission.plugins import AdmissionPlugin, Denied
+from admission.plugins.base import AdmissionRequest
 from admission.podshape import PodDecodeError, check_pod_shape, fill_nulls
 from common.logs import RateLimit
 
@@ -151,28 +153,11 @@ def _scheduler_name(raw: Any) -> Any:
     return "" if name is None else name
 
 
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", '"': '\\"', "\\": "\\\\"}
-
-
-def _go_quote(text: str) -> str:
-    """Go's fmt %q of a string (strconv.Quote): printable runes kept, the rest escaped Go's way."""
-    out = []
-    for char in text:
-        code = ord(char)
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif 0xD800 <= code < 0xE000:  # a lone surrogate escape: Go's JSON decoder made it U+FFFD
-            out.append("\ufffd")
-        elif char.isprintable():
-            out.append(char)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'
+def _username(request: dict[str, Any]) -> str:
+    """request.userInfo.username, "" where it is missing or not a string (then it is nobody's)."""
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, dict) else None
+    return username if isinstance(username, str) else ""
 
 
 def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
@@ -196,12 +181,17 @@ def log_refusal(level: int, message: str, extra: dict[str, Any]) -> None:
 
 
 def _run_chain(
-    step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any], request: dict[str, Any]
+    step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any], request: dict[str, Any],
+    admission_request: AdmissionRequest | None = None,
 ) -> tuple[str, str] | None:
-    """Run one method of every plugin in order; the first denial as (plugin, message), else None."""
+    """Run one method of every plugin in order; the first denial as (plugin, message), else None. A plugin that
+    takes the request (base.AdmissionPlugin) gets `admission_request` as well."""
     for plugin in plugins:
         try:
-            getattr(plugin, step)(pod)
+            if admission_request is not None and getattr(plugin, "takes_request", False):
+                getattr(plugin, step)(pod, admission_request)
+            else:
+                getattr(plugin, step)(pod)
         except Denied as denial:
             log_refusal(logging.INFO, f"pod {step.replace('mutate', 'mutation').replace('validate', 'validation')} "
                         "denied", {**_log_fields(request, pod), "plugin": plugin.name,
@@ -290,15 +280,19 @@ def validate(
             _decode_pod(request.get("oldObject"))
             return _allowed(uid, api_version)
         if operation not in ("CREATE", "UPDATE"):
-            raise _Rejected(400, f"unknown operation {_go_quote(operation)}")
+            raise _Rejected(400, f"unknown operation {go_quote(operation)}")
         pod = request.get("object")
         _decode_pod(pod)  # Go decodes the new object first (its error wins), then the old one
+        old_pod = None
         if operation == "UPDATE":
-            _decode_pod(request.get("oldObject"))
+            old_pod = _decode_pod(request.get("oldObject"))
         if _scheduler_name(pod) != scheduler_name:
             return _allowed(uid, api_version)
         fill_nulls(pod)
-        denial = _run_chain("validate", plugins, pod, request)
+        if old_pod is not None:
+            fill_nulls(old_pod)
+        admission_request = AdmissionRequest(operation=operation, old_pod=old_pod, username=_username(request))
+        denial = _run_chain("validate", plugins, pod, request, admission_request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])
         log.debug("pod validated", extra=_log_fields(request, pod))
