@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from admission import fraction_request
 from admission.plugins.base import Denied, Pod
 from common import names
 from common.fraction import (
@@ -22,18 +23,19 @@ from common.quantity import is_nonzero_quantity
 _ALLOWED_VALUES = ("void", "none")
 
 
-def _exempt_container(pod: Pod) -> ContainerRef | None:
-    if not is_fraction_pod(pod) or not (pod.get("spec") or {}).get("containers"):
+def _exempt_container(pod: Pod, nv_fractions: bool) -> ContainerRef | None:
+    requests_fraction = fraction_request.requests_gpu_fraction if nv_fractions else is_fraction_pod
+    if not requests_fraction(pod) or not (pod.get("spec") or {}).get("containers"):
         return None
     try:
-        return fraction_container_ref(pod)
-    except FractionContainerNotFound as error:
+        return fraction_request.fraction_container_ref(pod) if nv_fractions else fraction_container_ref(pod)
+    except (FractionContainerNotFound, fraction_request.FractionRequestError) as error:
         raise Denied(f"failed to get fraction container ref: {error}") from None
 
 
-def _checked_containers(pod: Pod) -> Iterator[dict[str, Any]]:
+def _checked_containers(pod: Pod, nv_fractions: bool) -> Iterator[dict[str, Any]]:
     """Init containers, then regular ones, without the fraction container."""
-    exempt = _exempt_container(pod)
+    exempt = _exempt_container(pod, nv_fractions)
     spec = pod.get("spec") or {}
     for init, key in ((True, "initContainers"), (False, "containers")):
         for index, container in enumerate(spec.get(key) or []):
@@ -54,8 +56,12 @@ def _requests_gpu(container: dict[str, Any]) -> bool:
 class DeviceAccess:
     name = "deviceaccess"
 
+    def __init__(self, nv_fractions: bool = False) -> None:
+        # NvFractions mode: the fraction container is found by KAI v0.18's rules (admission/fraction_request.py).
+        self.nv_fractions = nv_fractions
+
     def validate(self, pod: Pod) -> None:
-        for container in _checked_containers(pod):
+        for container in _checked_containers(pod, self.nv_fractions):
             for env in container.get("env") or []:
                 if env.get("name") != names.NVIDIA_VISIBLE_DEVICES:
                     continue
@@ -75,7 +81,7 @@ class DeviceAccess:
                     )
 
     def mutate(self, pod: Pod) -> None:
-        for container in list(_checked_containers(pod)):
+        for container in list(_checked_containers(pod, self.nv_fractions)):
             if _requests_gpu(container):
                 continue
             env = container.get("env") or []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from admission.fraction_request import requests_gpu_fraction
 from admission.plugins.base import Pod
 from common.fraction import is_fraction_pod
 
@@ -9,14 +10,16 @@ from common.fraction import is_fraction_pod
 class RuntimeEnforcement:
     name = "runtimeenforcement"
 
-    def __init__(self, runtime_class_name: str) -> None:
+    def __init__(self, runtime_class_name: str, nv_fractions: bool = False) -> None:
         self.runtime_class_name = runtime_class_name
+        # NvFractions mode: an NvFractions memory request or limit annotation makes a fraction pod too (KAI v0.18).
+        self.requests_fraction = requests_gpu_fraction if nv_fractions else is_fraction_pod
 
     def validate(self, pod: Pod) -> None:
         return None
 
     def mutate(self, pod: Pod) -> None:
-        if not self.runtime_class_name or not is_fraction_pod(pod):
+        if not self.runtime_class_name or not self.requests_fraction(pod):
             return
         if pod.get("spec") is None:
             pod["spec"] = {}
