@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
     log_startup(log, "admission", settings)
+    for flag in settings.ignored_flags:
+        log.warning(f"{flag} is ignored: the GPU sharing mode is {settings.gpu_sharing_mode}, which decides it",
+                    extra={"fields": {"flag": flag, "gpu_sharing_mode": settings.gpu_sharing_mode}})
     try:
         check_startup(settings)
     except StartupError as error:

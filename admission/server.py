@@ -61,6 +61,8 @@ class WebhookApp:
             hami_core_enabled=settings.hami_core_enabled,
             block_nvidia_visible_devices=settings.block_nvidia_visible_devices,
             runtime_class_name=settings.runtime_class_name,
+            gpu_sharing_mode=settings.gpu_sharing_mode,
+            binder_service_account_username=settings.binder_service_account_username,
         )
         self.plugins = plugins
         self.handlers = {MUTATE_PATH: review.mutate, VALIDATE_PATH: review.validate}

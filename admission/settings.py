@@ -20,6 +20,19 @@ from common.flags import (
 )
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
+# The binder's ServiceAccount as the manifests install it (manifests/binder/rbac.yaml: fracgpu-binder in
+# fracgpu-system); only this user may write the NvFractions `.gpus.devices` annotations.
+DEFAULT_BINDER_USERNAME = "system:serviceaccount:fracgpu-system:fracgpu-binder"
+
+# What each GPU sharing mode means for the three boolean flags it stands for:
+# (--gpu-sharing-enabled, --hami-core-enabled, --nv-fractions-enabled).
+MODE_FLAGS = {
+    names.SHARING_NON_MEMORY_ENFORCED: (True, False, False),
+    names.SHARING_HAMI_CORE: (True, True, False),
+    names.SHARING_NV_FRACTIONS: (True, False, True),
+    names.SHARING_DISABLED: (False, False, False),
+}
+_MODE_BOOLEAN_FLAGS = ("--gpu-sharing-enabled", "--hami-core-enabled", "--nv-fractions-enabled")
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class Settings:
     scheduler_name: str = names.DEFAULT_SCHEDULER_NAME
     gpu_sharing_enabled: bool = False
     hami_core_enabled: bool = False
+    gpu_sharing_mode: str = names.SHARING_DISABLED
+    binder_service_account_username: str = DEFAULT_BINDER_USERNAME
+    # Boolean flags given on the command line that the GPU sharing mode overrode (each is logged at start-up).
+    ignored_flags: tuple[str, ...] = ()
     block_nvidia_visible_devices: bool = False
     runtime_class_name: str = names.DEFAULT_RUNTIME_CLASS
     webhook_port: int = 9443
@@ -65,8 +82,20 @@ def _parser() -> Parser:
     parser = Parser(program="admission", description="GPU-sharing admission webhook (KAI-compatible)")
     parser.add_argument("--scheduler-name", default=names.DEFAULT_SCHEDULER_NAME,
                         help="only pods with this spec.schedulerName are mutated and validated")
-    add_bool_flag(parser, "--gpu-sharing-enabled", False, "allow fractional GPU requests")
-    add_bool_flag(parser, "--hami-core-enabled", False, "inject CUDA_DEVICE_MEMORY_LIMIT (hamicore)")
+    parser.add_argument("--gpu-sharing-mode", choices=names.GPU_SHARING_MODES, default=None,
+                        help="KAI v0.18's GPU sharing preset; it wins over the three flags below (default: "
+                             "NvFractions with --nv-fractions-enabled, else HamiCore with --hami-core-enabled, else "
+                             "NonMemoryEnforced with --gpu-sharing-enabled, else Disabled)")
+    # None when not given, so an explicit value the mode overrides can be reported.
+    add_bool_flag(parser, "--gpu-sharing-enabled", None, "allow fractional GPU requests (default: false)")
+    add_bool_flag(parser, "--hami-core-enabled", None, "inject CUDA_DEVICE_MEMORY_LIMIT (hamicore) (default: false)")
+    add_bool_flag(parser, "--nv-fractions-enabled", None,
+                  "the NvFractions admission plugin instead of gpusharing and hamicore (default: false)")
+    # KAI v0.18's admission has this setting (BinderServiceAccountUsername) but the flag's name could not be read
+    # from the reference; this name is ours.
+    parser.add_argument("--binder-service-account-username", default=DEFAULT_BINDER_USERNAME,
+                        help="the only user that may set NvFractions .gpus.devices annotations (the binder's "
+                             "ServiceAccount, system:serviceaccount:<namespace>:<name>)")
     add_bool_flag(parser, "--block-nvidia-visible-devices", False, "enable the deviceaccess plugin")
     parser.add_argument("--gpu-fraction-runtime-class-name", default=None,
                         help='runtime class for fraction pods (default "nvidia"; "" disables)')
@@ -108,6 +137,45 @@ def _port(text: str) -> int:
     return port
 
 
+@dataclass(frozen=True)
+class SharingMode:
+    """A GPU sharing mode resolved from the command line, and what it means for the two plugin flags."""
+
+    mode: str
+    gpu_sharing_enabled: bool
+    hami_core_enabled: bool
+    ignored_flags: tuple[str, ...] = ()
+
+
+def resolve_gpu_sharing_mode(
+    mode: str | None, gpu_sharing: bool | None, hami_core: bool | None, nv_fractions: bool | None
+) -> SharingMode:
+    """KAI's resolveGpuSharingMode over the admission flags (None: not given).
+
+    An explicit mode wins; else --nv-fractions-enabled is NvFractions, else --hami-core-enabled HamiCore, else
+    --gpu-sharing-enabled NonMemoryEnforced, else Disabled. An explicit mode, and NvFractions however it was chosen,
+    set both plugin flags, and a boolean flag given with another value is reported as ignored. Without a mode the
+    flags mean what they meant before v0.18, word for word (`--hami-core-enabled` alone still leaves gpusharing
+    refusing fractions), so the modes but NvFractions build exactly the plugins they always did.
+    """
+    if mode is None:
+        if nv_fractions:
+            mode = names.SHARING_NV_FRACTIONS
+        elif hami_core:
+            mode = names.SHARING_HAMI_CORE
+        elif gpu_sharing:
+            mode = names.SHARING_NON_MEMORY_ENFORCED
+        else:
+            mode = names.SHARING_DISABLED
+        if mode != names.SHARING_NV_FRACTIONS:
+            return SharingMode(mode, bool(gpu_sharing), bool(hami_core))
+    implied = MODE_FLAGS[mode]
+    ignored = tuple(flag for flag, given, wanted in zip(_MODE_BOOLEAN_FLAGS, (gpu_sharing, hami_core, nv_fractions),
+                                                        implied, strict=True)
+                    if given is not None and given != wanted)
+    return SharingMode(mode, implied[0], implied[1], ignored)
+
+
 def _build(args: argparse.Namespace) -> Settings:
     # An explicit new flag wins, then an explicit deprecated one, then the default; "" disables.
     runtime_class = args.gpu_fraction_runtime_class_name
@@ -115,10 +183,15 @@ def _build(args: argparse.Namespace) -> Settings:
         runtime_class = args.gpu_pod_runtime_class_name
     if runtime_class is None:
         runtime_class = names.DEFAULT_RUNTIME_CLASS
+    sharing = resolve_gpu_sharing_mode(args.gpu_sharing_mode, args.gpu_sharing_enabled, args.hami_core_enabled,
+                                       args.nv_fractions_enabled)
     return Settings(
         scheduler_name=args.scheduler_name,
-        gpu_sharing_enabled=args.gpu_sharing_enabled,
-        hami_core_enabled=args.hami_core_enabled,
+        gpu_sharing_enabled=sharing.gpu_sharing_enabled,
+        hami_core_enabled=sharing.hami_core_enabled,
+        gpu_sharing_mode=sharing.mode,
+        binder_service_account_username=args.binder_service_account_username,
+        ignored_flags=sharing.ignored_flags,
         block_nvidia_visible_devices=args.block_nvidia_visible_devices,
         runtime_class_name=runtime_class,
         webhook_port=args.webhook_addr,
