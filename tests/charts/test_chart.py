@@ -192,3 +192,15 @@ def test_the_dashboard_configmap_can_be_left_out_or_relabelled_for_the_sidecar()
 def test_monitoring_values_change_nothing_while_monitoring_is_off():
     assert canonical(helm_template(settings=["monitoring.labels.release=x", "monitoring.dashboard.labels.a=b"])) == \
         canonical(helm_template())
+
+
+def test_the_gpu_sharing_mode_reaches_the_webhook_and_the_binder(tmp_path):
+    values = tmp_path / "nvfractions.yaml"
+    values.write_text("gpuSharingMode: NvFractions\n")
+    documents = helm_template([values])
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        assert "--gpu-sharing-mode=NvFractions" in container_args(documents, find(documents, "Deployment", name))
+    default = helm_template([])
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        assert not any(arg.startswith("--gpu-sharing-mode") for arg in
+                       container_args(default, find(default, "Deployment", name)))
