@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.kube_quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
 from common import names
 from common.fraction import ContainerRef
 from common.gpu_request import parse_go_float, parse_go_uint
+from common.kube_quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
 
 PORTION = "portion"
 MEMORY = "memory"

@@ -27,10 +27,10 @@ from admission.fraction_request import (
     validate_request,
 )
 from admission.gotext import parse_uint_error
-from admission.kube_quantity import mebibytes
 from admission.plugins.base import AdmissionRequest, Denied, Pod
 from common import names
 from common.gpu_request import parse_go_uint
+from common.kube_quantity import mebibytes
 
 _CREATE = AdmissionRequest()
 

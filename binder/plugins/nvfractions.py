@@ -20,19 +20,14 @@ from binder.plugins.gpusharing import is_fraction_bind, visible_devices_value
 from common import names
 from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.gpu_request import parse_go_float
+from common.kube_quantity import mebibytes
 
 NAME = "nvfractions"
-_BINARY_SUFFIXES = ("Gi", "Ti", "Pi", "Ei")
 
 
 def mebibytes_quantity(mib: int) -> str:
-    """`resource.MustParse("<mib>Mi").String()`: the largest binary suffix that keeps the number whole."""
-    value, suffix = mib, "Mi"
-    for larger in _BINARY_SUFFIXES:
-        if value % 1024:
-            break
-        value, suffix = value // 1024, larger
-    return f"{value}{suffix}"
+    """`resource.MustParse("<mib>Mi").String()` (8192 MiB is `8Gi`)."""
+    return str(mebibytes(mib))
 
 
 def annotation_key(container: str, suffix: str) -> str:

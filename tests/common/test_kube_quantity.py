@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from admission.kube_quantity import InvalidQuantity, mebibytes, parse_quantity
+from common.kube_quantity import InvalidQuantity, mebibytes, parse_quantity
 
 
 @pytest.mark.parametrize(("mib", "written"), [
