@@ -7,10 +7,10 @@ committed after that re-read (the server keeps working on it until its own reque
 attempt ends in BindOutcomeUnknown, which is never rolled back; the controller decides it later.
 
 The bind annotations (`received-resource-type`, `kai.scheduler/numa-placement-predicted`, and what PreBind plugins
-add: NvFractions' device and memory annotations) go in one JSON merge patch before the Binding, as KAI's binder
-sends it (skipped when the pod carries them all already), and travel in the Binding object too: the API server
-copies a Binding's annotations onto the pod in the same write that sets `spec.nodeName`, so a bound pod always
-carries them.
+add: NvFractions' device and memory annotations) are on a fraction pod before it is bound, as KAI's binder puts them
+there: with its GPU-group label, plus one merge patch for what plugins add. They travel in the Binding object too:
+the API server copies a Binding's annotations onto the pod in the same write that sets `spec.nodeName`, so a bound
+pod always carries them, and a Regular pod gets them that way alone (docs/decisions.md §2.12).
 """
 
 from __future__ import annotations
@@ -149,8 +149,9 @@ class Pipeline:
                 group = fractional.id
                 started = time.monotonic()
                 try:
-                    gpu_ids.append(self.reservation.reserve_gpu_device(ctx.pod, node_name, group,
-                                                                       fractional.compute_sharing_mode))
+                    gpu_ids.append(self.reservation.reserve_gpu_device(
+                        ctx.pod, node_name, group, fractional.compute_sharing_mode,
+                        annotations=bind_annotations(ctx.bind_request)))
                 except Exception as error:  # noqa: BLE001
                     raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
                                                      f"group <{group}>: {error}") from error
@@ -194,11 +195,15 @@ class Pipeline:
                             extra=ctx.log_fields())
 
     def _patch_bind_annotations(self, ctx: BindContext) -> None:
-        """KAI v0.18 (reference 5.1 step 5): one JSON merge patch of the pod's annotations before the Binding, so
-        the pod carries them before it is bound. Skipped when the pod already carries every value (a retry)."""
+        """Reference 5.1 step 5 (KAI v0.18): the pod carries its bind annotations before it is bound. A fraction
+        pod got them with its group label; what PreBind plugins add (NvFractions) goes in this one JSON merge
+        patch. A Regular pod gets them in the Binding alone (docs/decisions.md §2.12): a patch of its own would
+        be a fifth write per bind."""
         wanted = {**bind_annotations(ctx.bind_request), **ctx.bind_annotations}
         current = (ctx.pod.get("metadata") or {}).get("annotations") or {}
         if all(current.get(key) == value for key, value in wanted.items()):
+            return
+        if not ctx.bind_annotations and not st.is_fraction(ctx.bind_request):
             return
         ns, name = ctx.namespace, ctx.pod_name
         uid = (ctx.pod.get("metadata") or {}).get("uid")

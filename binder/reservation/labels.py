@@ -50,19 +50,25 @@ class PodLabels:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
 
-    def add(self, pod: Obj, group: str) -> None:
-        """Label the pod (and the in-memory pod) with `group`."""
+    def add(self, pod: Obj, group: str, annotations: dict[str, str] | None = None) -> None:
+        """Label the pod (and the in-memory pod) with `group`; `annotations` ride in the same patch (the bind
+        annotations, so the pod carries them before it is bound at no write of their own)."""
         try:
             key, value = group_label_for(pod, group)
         except MultiFractionError as error:
             raise LabelError(f"failed to determine if pod <{_ref(pod)}> is a multi fractional pod while setting "
                              f"gpu group label. {error}") from error
         try:
-            self._patch_unbound(pod, {"metadata": {"labels": {key: value}}})
+            patch: Obj = {"metadata": {"labels": {key: value}}}
+            if annotations:
+                patch["metadata"]["annotations"] = dict(annotations)
+            self._patch_unbound(pod, patch)
         except ApiError as error:
             raise LabelError(f"failed to patch pod <{_ref(pod)}> with GPU group label: {error}") from error
         pod.setdefault("metadata", {})
         pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), key: value}
+        if annotations:
+            pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **annotations}
 
     def drop_stale(self, pod: Obj, groups: list[str]) -> list[str]:
         """Remove group labels of an earlier placement, so the pod's labels become exactly `groups`; return the

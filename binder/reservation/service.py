@@ -188,14 +188,15 @@ class ReservationService:
 
     # ------------------------------------------------------------------ reservation
     def reserve_gpu_device(self, pod: Obj, node_name: str, group: str,
-                           compute_mode: str = names.COMPUTE_TIME_SLICING) -> str:
+                           compute_mode: str = names.COMPUTE_TIME_SLICING,
+                           annotations: dict[str, str] | None = None) -> str:
         """The GPU id of `group` on `node_name`: find or create the group's reservation pod (for `compute_mode`:
         a group reserved for another mode is never joined), wait for its id, then label `pod` with the group
-        (the in-memory pod too). Raises ReservationError."""
+        (the in-memory pod too), `annotations` in the same patch. Raises ReservationError."""
         with self.locks.hold(group):
             gpu_id = self._gpu_id_locked(pod, node_name, group, compute_mode)
             try:
-                self._label_pod(pod, group)
+                self._label_pod(pod, group, annotations)
             except Exception:
                 try:
                     self._sync_group_locked(group)
@@ -339,9 +340,9 @@ class ReservationService:
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
 
     # ------------------------------------------------------------------ fraction pod labels
-    def _label_pod(self, pod: Obj, group: str) -> None:
+    def _label_pod(self, pod: Obj, group: str, annotations: dict[str, str] | None = None) -> None:
         try:
-            self.labels.add(pod, group)
+            self.labels.add(pod, group, annotations)
         except LabelError as error:
             raise ReservationError(str(error)) from error
 

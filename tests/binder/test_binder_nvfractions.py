@@ -108,3 +108,24 @@ def test_a_whole_gpu_bind_is_left_alone():
     ctx.bind_request["spec"]["receivedResourceType"] = "Regular"
     NvFractionsPlugin().prebind(ctx)
     assert ctx.bind_annotations == {}
+
+
+def test_a_fraction_pods_bind_annotations_ride_in_its_group_label_patch():
+    from binder.reservation.labels import PodLabels
+
+    class Client:
+        def __init__(self):
+            self.patches = []
+
+        def patch(self, path, body, patch_type="merge"):
+            self.patches.append((path, body))
+            return {"metadata": {"resourceVersion": "8"}}
+
+    client = Client()
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "u1", "resourceVersion": "7"},
+           "spec": {"containers": [{"name": "main"}]}}
+    PodLabels(client).add(pod, "g1", {"received-resource-type": "Fraction"})
+    assert client.patches == [("/api/v1/namespaces/ns/pods/p", {"metadata": {
+        "labels": {"runai-gpu-group": "g1"}, "annotations": {"received-resource-type": "Fraction"},
+        "uid": "u1", "resourceVersion": "7"}})]
+    assert pod["metadata"]["annotations"] == {"received-resource-type": "Fraction"}  # so no patch of its own follows

@@ -32,7 +32,8 @@ class FakeReservation:
     def sync_for_node(self, node: str) -> None:
         return None
 
-    def reserve_gpu_device(self, pod: dict, node: str, group: str, compute_mode: str = "time-slicing") -> str:
+    def reserve_gpu_device(self, pod: dict, node: str, group: str, compute_mode: str = "time-slicing",
+                           annotations: dict | None = None) -> str:
         return "GPU-1"
 
     def remove_pod_gpu_groups_connection(self, pod: dict) -> None:
