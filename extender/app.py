@@ -36,10 +36,15 @@ _POD_ANNOTATIONS = (names.GPU_FRACTION, names.GPU_MEMORY, names.GPU_FRACTION_NUM
                     names.SHARED_GPU_CONFIGMAP)
 
 
+_NVFRACTIONS_KEPT_SUFFIXES = (names.GPU_COMPUTE_MODE_SUFFIX, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX,
+                              names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX)
+
+
 def _kept_annotation(key: str) -> bool:
-    """The GPU request's annotations, and the compute mode of a container (a reservation pod's too)."""
-    return key in _POD_ANNOTATIONS or (key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX)
-                                       and key.endswith(names.GPU_COMPUTE_MODE_SUFFIX))
+    """The GPU request's annotations (NvFractions' memory request and limit too), and the compute mode of a
+    container (a reservation pod's too)."""
+    return key in _POD_ANNOTATIONS or (key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX) and key.endswith(
+        _NVFRACTIONS_KEPT_SUFFIXES))
 
 
 def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from typing import Any
 from common import names
 from common.gpu_request import parse_go_float, parse_go_uint
 from common.gpugroups import requested_compute_mode
+from common.kube_quantity import InvalidQuantity, parse_quantity
 
 FULL = 100  # one whole GPU, in hundredths
 MAX_SCORE = 10  # the extender protocol's maximum priority
@@ -75,8 +76,9 @@ def request_of(pod: Mapping[str, Any], known_modes_only: bool = True) -> GpuRequ
     other pod's matches)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     mode = requested_compute_mode(pod)
+    nv_memory = nvfractions_memory(annotations)
     if known_modes_only and mode not in names.COMPUTE_SHARING_MODES and (
-            names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations):
+            names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations or nv_memory is not None):
         raise InvalidRequest(f'{names.NVFRACTIONS_ANNOTATION_PREFIX}<container>{names.GPU_COMPUTE_MODE_SUFFIX} '
                              f'"{mode}" is not a GPU compute sharing mode (one of '
                              f'{", ".join(names.COMPUTE_SHARING_MODES)})')
@@ -96,7 +98,27 @@ def request_of(pod: Mapping[str, Any], known_modes_only: bool = True) -> GpuRequ
         if not memory:
             raise InvalidRequest(f"{names.GPU_MEMORY} must be a positive number of MiB")
         return GpuRequest(memory_mib=memory, devices=devices, mode=mode)
+    if nv_memory is not None:
+        return GpuRequest(memory_mib=nv_memory, devices=devices, mode=mode)
     return GpuRequest(whole=whole_gpus_of(pod))
+
+
+def nvfractions_memory(annotations: Mapping[str, Any]) -> int | None:
+    """MiB an NvFractions-only pod asks for (KAI v0.18: `nvidia.com/container.<c>.gpu-memory.request`, else its
+    `.gpu-memory.limit`), rounded up; None when it has neither. The legacy annotations, when present, say the same
+    amount (admission checks it) and are read first."""
+    for suffix in (names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX):
+        for key, value in sorted(annotations.items()):
+            if key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX) and key.endswith(suffix):
+                try:
+                    amount = parse_quantity(str(value)).value
+                except InvalidQuantity as error:
+                    raise InvalidRequest(f"{key} must be a Kubernetes memory quantity: {error}") from error
+                mib = math.ceil(amount / 2**20)
+                if mib <= 0:
+                    raise InvalidRequest(f"{key} must be a memory quantity greater than 0")
+                return mib
+    return None
 
 
 def whole_gpus_of(pod: Mapping[str, Any]) -> int:

@@ -225,7 +225,8 @@ def test_the_pod_cache_keeps_the_compute_mode_annotations():
     member = fraction_pod("p", "n1", ["a"], annotations=sm({"gpu-fraction": "0.5",
                                                              "nvidia.com/container.main.gpu-memory.request": "8Gi"}))
     reservation = reservation_pod("a", "n1", mode=SM)
-    assert slim_gpu_pod(member)["metadata"]["annotations"] == {"gpu-fraction": "0.5", MODE_OF_MAIN: SM}
+    assert slim_gpu_pod(member)["metadata"]["annotations"] == {  # and NvFractions' memory request
+        "gpu-fraction": "0.5", MODE_OF_MAIN: SM, "nvidia.com/container.main.gpu-memory.request": "8Gi"}
     assert slim_gpu_pod(reservation)["metadata"]["annotations"] == reservation["metadata"]["annotations"]
     full, slim = Ledger(), Ledger()
     for ledger, convert in ((full, lambda obj: obj), (slim, slim_gpu_pod)):
@@ -233,3 +234,27 @@ def test_the_pod_cache_keeps_the_compute_mode_annotations():
         for obj in (member, reservation):
             ledger.upsert_pod(convert(obj))
     assert slim.view("n1") == full.view("n1") and slim.view("n1").modes == {"a": SM}
+
+
+def nv_pod(annotations):
+    return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+            "spec": {"containers": [{"name": "main"}]}}
+
+
+@pytest.mark.parametrize(("annotations", "mib"), [
+    ({"nvidia.com/container.main.gpu-memory.request": "8Gi"}, 8192),
+    ({"nvidia.com/container.main.gpu-memory.request": "2000Mi"}, 2000),
+    ({"nvidia.com/container.main.gpu-memory.request": "1G"}, 954),  # 10^9 bytes, rounded up to whole MiB
+    ({"nvidia.com/container.main.gpu-memory.limit": "4Gi"}, 4096),  # limit only: the request is the limit
+    ({"gpu-memory": "3000", "nvidia.com/container.main.gpu-memory.request": "3000Mi"}, 3000),
+])
+def test_an_nvfractions_memory_request_is_a_gpu_memory_request(annotations, mib):
+    request = request_of(nv_pod(annotations))
+    assert (request.memory_mib, request.shared) == (mib, True)
+    assert slim_gpu_pod(nv_pod(annotations))["metadata"]["annotations"] == annotations  # the cache keeps it
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-1Gi"])
+def test_an_unusable_nvfractions_memory_request_is_refused(value):
+    with pytest.raises(InvalidRequest):
+        request_of(nv_pod({"nvidia.com/container.main.gpu-memory.request": value}))
