@@ -57,7 +57,7 @@ class DeviceAccess:
     name = "deviceaccess"
 
     def __init__(self, nv_fractions: bool = False) -> None:
-        # NvFractions mode: the fraction container is found by KAI v0.18's rules (admission/fraction_request.py).
+        # NvFractions mode: the fraction container is found by KAI v0.18's rules (common/fraction_request.py).
         self.nv_fractions = nv_fractions
 
     def validate(self, pod: Pod) -> None:

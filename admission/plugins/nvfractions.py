@@ -7,7 +7,7 @@ Registered instead of gpusharing (and hamicore) with `--gpu-sharing-mode NvFract
   amount as a Kubernetes quantity (2000 -> `2000Mi`, 8192 -> `8Gi`), replacing what was there; `gpu-memory` stays.
   `gpu-fraction` is left to the binder, which writes the request from the node's GPU memory at bind time.
 - validates (CREATE and UPDATE): only the binder's user may set or change `nvidia.com/container.<c>.gpus.devices`
-  (the GPUs the container gets), then the v0.18 request rules (admission/fraction_request.py), which leave that
+  (the GPUs the container gets), then the v0.18 request rules (common/fraction_request.py), which leave that
   annotation out.
 
 As in the reference at v0.18, removing a `.gpus.devices` annotation on UPDATE is not refused, and the container it
@@ -16,7 +16,10 @@ names must be a regular container.
 
 from __future__ import annotations
 
-from admission.fraction_request import (
+from admission.gotext import parse_uint_error
+from admission.plugins.base import AdmissionRequest, Denied, Pod
+from common import names
+from common.fraction_request import (
     FractionRequestError,
     annotation_key,
     annotations_of,
@@ -26,9 +29,6 @@ from admission.fraction_request import (
     requests_gpu_fraction,
     validate_request,
 )
-from admission.gotext import parse_uint_error
-from admission.plugins.base import AdmissionRequest, Denied, Pod
-from common import names
 from common.gpu_request import parse_go_uint
 from common.kube_quantity import mebibytes
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from admission.fraction_request import requests_gpu_fraction
 from admission.plugins.base import Pod
 from common.fraction import is_fraction_pod
+from common.fraction_request import requests_gpu_fraction
 
 
 class RuntimeEnforcement:

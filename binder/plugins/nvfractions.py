@@ -18,7 +18,7 @@ from typing import Any
 from binder.plugins.base import GPU_IDS, BindContext, BindError
 from binder.plugins.gpusharing import is_fraction_bind, visible_devices_value
 from common import names
-from common.fraction import FractionContainerNotFound, fraction_container_ref
+from common.fraction_request import FractionRequestError, annotation_key, fraction_container_ref
 from common.gpu_request import parse_go_float
 from common.kube_quantity import mebibytes
 
@@ -30,20 +30,9 @@ def mebibytes_quantity(mib: int) -> str:
     return str(mebibytes(mib))
 
 
-def annotation_key(container: str, suffix: str) -> str:
-    return f"{names.NVFRACTIONS_ANNOTATION_PREFIX}{container}{suffix}"
-
-
 def nvfractions_container(pod: dict[str, Any]) -> str:
-    """The container the pod's NvFractions annotations name, else the fraction container's name."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    for key in sorted(annotations):
-        if key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX):
-            rest = key[len(names.NVFRACTIONS_ANNOTATION_PREFIX):]
-            for suffix in (names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX,
-                           names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX, names.GPU_COMPUTE_MODE_SUFFIX):
-                if rest.endswith(suffix) and rest[:-len(suffix)]:
-                    return rest[:-len(suffix)]
+    """The fraction container's name, by KAI v0.18's GetFractionContainerRef (common/fraction_request.py): the one
+    the pod's NvFractions annotations name, else `gpu-fraction-container-name`, else the first."""
     ref = fraction_container_ref(pod)
     containers = (pod.get("spec") or {}).get("initContainers" if ref.init else "containers") or []
     return str((containers[ref.index] if ref.index < len(containers) else {}).get("name") or "")
@@ -81,7 +70,7 @@ class NvFractionsPlugin:
             return
         try:
             container = nvfractions_container(ctx.pod)
-        except FractionContainerNotFound as error:
+        except FractionRequestError as error:
             raise BindError(f"failed to get fraction container ref: {error}") from error
         annotations = (ctx.pod.get("metadata") or {}).get("annotations") or {}
         request_key = annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX)

@@ -4,14 +4,14 @@ corpus has them (nvfractions_test.go, gpu_sharing_validation_test.go), then ever
 
 import pytest
 
-from admission.fraction_request import (
+from common.fraction import ContainerRef
+from common.fraction_request import (
     FractionRequestError,
     fraction_container_ref,
     parse_request,
     requests_gpu_fraction,
     validate_request,
 )
-from common.fraction import ContainerRef
 
 REQUEST = "nvidia.com/container.{}.gpu-memory.request"
 LIMIT = "nvidia.com/container.{}.gpu-memory.limit"
