@@ -139,6 +139,7 @@ class Pipeline:
             log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns, name,
                         node_name, error, extra=fields)
 
+        annotations = bind_annotations(ctx.bind_request)
         if st.is_fraction(ctx.bind_request):
             typed = bindrequest.fractional_gpu_groups(ctx.bind_request)
             if not typed:
@@ -151,7 +152,7 @@ class Pipeline:
                 try:
                     gpu_ids.append(self.reservation.reserve_gpu_device(
                         ctx.pod, node_name, group, fractional.compute_sharing_mode,
-                        annotations=bind_annotations(ctx.bind_request)))
+                        annotations=annotations))
                 except Exception as error:  # noqa: BLE001
                     raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
                                                      f"group <{group}>: {error}") from error
@@ -166,8 +167,9 @@ class Pipeline:
             except Exception as error:  # noqa: BLE001
                 raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
 
-        self._patch_bind_annotations(ctx)
-        self._bind_pod(ctx, node_name)
+        annotations.update(ctx.bind_annotations)  # what PreBind plugins added
+        self._patch_bind_annotations(ctx, annotations)
+        self._bind_pod(ctx, node_name, annotations)
         log.info("pod bound", extra=fields)
 
         for plugin in self.plugins:
@@ -194,12 +196,11 @@ class Pipeline:
                 log.warning("sync of gpu group %s after removing its label failed: %s", group, error,
                             extra=ctx.log_fields())
 
-    def _patch_bind_annotations(self, ctx: BindContext) -> None:
+    def _patch_bind_annotations(self, ctx: BindContext, wanted: dict[str, str]) -> None:
         """Reference 5.1 step 5 (KAI v0.18): the pod carries its bind annotations before it is bound. A fraction
         pod got them with its group label; what PreBind plugins add (NvFractions) goes in this one JSON merge
         patch. A Regular pod gets them in the Binding alone (docs/decisions.md §2.12): a patch of its own would
         be a fifth write per bind."""
-        wanted = {**bind_annotations(ctx.bind_request), **ctx.bind_annotations}
         current = (ctx.pod.get("metadata") or {}).get("annotations") or {}
         if all(current.get(key) == value for key, value in wanted.items()):
             return
@@ -219,11 +220,11 @@ class Pipeline:
         if patched.get("metadata", {}).get("resourceVersion"):
             ctx.pod["metadata"]["resourceVersion"] = patched["metadata"]["resourceVersion"]
 
-    def _bind_pod(self, ctx: BindContext, node_name: str) -> None:
+    def _bind_pod(self, ctx: BindContext, node_name: str, annotations: dict[str, str]) -> None:
         ns, name = ctx.namespace, ctx.pod_name
         # The annotations travel in the Binding too: the API server copies them onto the pod in the write that
         # binds it, so a bound pod always carries them even if the patch above raced with another writer.
-        body = binding_body(ctx.pod, node_name, {**bind_annotations(ctx.bind_request), **ctx.bind_annotations})
+        body = binding_body(ctx.pod, node_name, annotations)
         started = time.monotonic()
         try:
             self.client.create(pod_path(ns, name, "binding"), body)

@@ -537,26 +537,28 @@ def bind(machine: BindProtocolNeverOverCommitsAGpuNorSplitsAGroup, name: str) ->
     return machine.extender.verbs.bind_by_name(NS, name, uid_of(machine.api.pods[(NS, name)]), "n0")
 
 
+def the_whole_gpu_pod_is_not_placed_on_the_taken_gpu(machine: BindProtocolNeverOverCommitsAGpuNorSplitsAGroup) -> None:
+    """Bind the whole-GPU pod (n0's only GPU must look taken), let the binder finish everything, ask the kubelet."""
+    bind(machine, "whole")
+    for br in machine.to_bind():
+        machine.attempt(br)
+    machine.kubelet_refused_nothing()
+
+
 def test_a_pod_bound_before_the_pod_informer_shows_it_keeps_its_gpu_counted():
     machine = one_gpu_node_a_fraction_pod_and_a_whole_gpu_pod(lag_apart=True)
     assert bind(machine, "p0") == "timeout"  # its BindRequest is written, the binder is not done yet
     machine.attempt(machine.api.bind_requests[(NS, "p0")])  # reservation pod, p0 bound, BindRequest Succeeded
     assert machine.extender is not None
     machine.extender.deliver(BRS, 2)  # the BindRequest informer shows both; the pod informer nothing yet
-    bind(machine, "whole")  # n0's only GPU must look taken
-    for br in machine.to_bind():
-        machine.attempt(br)
-    machine.kubelet_refused_nothing()
+    the_whole_gpu_pod_is_not_placed_on_the_taken_gpu(machine)
 
 
 def test_a_retried_bind_before_the_informer_shows_its_bind_request_keeps_it_counted():
     machine = one_gpu_node_a_fraction_pod_and_a_whole_gpu_pod(lag_apart=False)
     assert bind(machine, "p0") == "timeout"
     bind(machine, "p0")  # the scheduler's retry, before the informer has delivered p0's BindRequest
-    bind(machine, "whole")  # n0's only GPU must look taken
-    for br in machine.to_bind():
-        machine.attempt(br)
-    machine.kubelet_refused_nothing()
+    the_whole_gpu_pod_is_not_placed_on_the_taken_gpu(machine)
 
 
 def test_a_bind_request_collected_before_the_pod_informer_shows_its_pod_keeps_its_reservation_counted():
@@ -568,7 +570,4 @@ def test_a_bind_request_collected_before_the_pod_informer_shows_its_pod_keeps_it
     machine.api.delete(BRS, machine.api.bind_requests[(NS, "p0")])  # the owner GC; the binder's GC not yet
     assert machine.extender is not None
     machine.extender.deliver(BRS, 3)  # created, Succeeded, deleted; the pod informer still shows nothing
-    bind(machine, "whole")  # the reservation pod of p0's group still holds n0's only GPU
-    for br in machine.to_bind():
-        machine.attempt(br)
-    machine.kubelet_refused_nothing()
+    the_whole_gpu_pod_is_not_placed_on_the_taken_gpu(machine)  # p0's reservation pod still holds it
