@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from admission import fraction_request
 from admission.plugins.base import Denied, Pod
-from common import names
+from common import fraction_request, names
 from common.fraction import (
     ContainerRef,
     FractionContainerNotFound,
