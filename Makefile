@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries chart-tools promtool test lock sbom reservation-venv
+.PHONY: install k8s-binaries chart-tools promtool real-node-deps test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -38,7 +38,7 @@ sbom:
 reservation-venv:
 	tools/lock-venv.sh reservation $(VENV)
 
-# kube-apiserver, kube-controller-manager, kube-scheduler and etcd for the test bed;
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and etcd for the test bed;
 # a no-op when the cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-v1.35.4}) is complete.
 k8s-binaries:
 	tools/build-k8s.sh
@@ -53,11 +53,16 @@ chart-tools:
 promtool:
 	tools/build-promtool.sh
 
-test: install k8s-binaries chart-tools promtool
+# containerd, runc, CNI plugins and busybox (apt) and kubelet + kube-proxy (the k8s build) for the test bed's
+# real nodes (testbed/realnodes); idempotent, and a no-op on a machine that cannot run them (not Linux, not root).
+real-node-deps:
+	tools/install-real-node-deps.sh
+
+test: install k8s-binaries chart-tools promtool real-node-deps
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo
 # The product end to end on a local control plane (stock kube-scheduler + extender); ARGS="--mode kai" for the
 # KAI-scheduler contract, ARGS=--keep-running to stay up until Ctrl-C.
-demo: install k8s-binaries
+demo: install k8s-binaries real-node-deps
 	$(PYTHON) -m testbed.demo $(ARGS)

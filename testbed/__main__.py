@@ -1,5 +1,8 @@
 """``python -m testbed up --dir DIR``: run the test-bed control plane until SIGINT/SIGTERM.
 
+``--real-nodes N`` also runs N real nodes (containerd + kubelet + a fake NVIDIA device plugin, testbed/realnodes)
+and kube-proxy; Linux and root only, and the machine is put back as it was on the signal.
+
 Writes ``DIR/admin.kubeconfig`` and ``DIR/sa-<namespace>-<name>.kubeconfig`` for every service
 account with a static token, prints them, and tears everything down cleanly on a signal.
 """
@@ -34,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--controller-manager", action="store_true",
                     help="also run kube-controller-manager (garbage collector only)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+    up.add_argument("--real-nodes", type=int, default=0, metavar="N",
+                    help="also start N real nodes with fake GPUs (Linux, root; testbed/realnodes)")
+    up.add_argument("--gpus-per-node", type=int, default=4, help="fake GPUs on each real node")
     return parser
 
 
@@ -69,8 +75,40 @@ def up(directory: Path, service_accounts: list[tuple[str, str]], controller_mana
     return 0
 
 
+def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int:
+    from testbed.realnodes.cluster import RealCluster
+    from testbed.realnodes.host import RealNodesUnavailable
+
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    cluster = RealCluster(nodes=nodes, gpus_per_node=gpus, workdir=directory, start_timeout=timeout)
+    try:
+        cluster.start()
+    except (RealNodesUnavailable, BinariesMissingError, ControlPlaneError, RuntimeError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(f"apiserver:  {cluster.plane.url}")
+        for node in cluster.nodes:
+            print(f"node:       {node.name} ({node.gpus} GPUs: {', '.join(node.gpu_ids)}; logs {node.logs})")
+        print(f"started in: {cluster.startup_seconds}")
+        print(f"export KUBECONFIG={cluster.plane.admin_kubeconfig}")
+        print("up; send SIGINT or SIGTERM to stop", flush=True)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        problems = cluster.stop()
+        print("testbed: stopped" + ("".join(f"\n  {p}" for p in problems) if problems else ""), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.real_nodes:
+        return up_real_nodes(args.dir, args.real_nodes, args.gpus_per_node, args.timeout)
     return up(args.dir, args.service_account, args.controller_manager, args.timeout)
 
 

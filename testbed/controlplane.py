@@ -82,7 +82,14 @@ class ControlPlane:
         start_timeout: float = 180.0,
         extra_apiserver_args: Iterable[str] = (),
         binaries: Path | None = None,
+        pod_network_address: str | None = None,
     ) -> None:
+        # Pods on real nodes (testbed/realnodes) reach the apiserver through the `kubernetes` Service, whose
+        # endpoint is the advertised address: a loopback one is the pod's own. With an address here the
+        # apiserver listens and advertises there (a private address of this machine), keeps that endpoint
+        # (lease reconciler), and admits pods as a cluster does (ServiceAccount admission: token volumes).
+        self.pod_network_address = pod_network_address
+        self.address = pod_network_address or "127.0.0.1"
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fracgpu-cp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +127,7 @@ class ControlPlane:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def ca_file(self) -> Path:
@@ -235,7 +242,7 @@ class ControlPlane:
             "apiserver",
             ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
              "kubernetes.default.svc.cluster.local"],
-            ["127.0.0.1", SERVICE_IP],
+            sorted({"127.0.0.1", self.address, SERVICE_IP}),
         )
         write_service_account_key(pki / "sa.key", pki / "sa.pub")
         self.logs_dir.mkdir(exist_ok=True)
@@ -308,7 +315,7 @@ class ControlPlane:
         self._spawn("kube-apiserver", [
             str(binary),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}", f"--secure-port={self.port}",
             f"--tls-cert-file={self._serving.cert}", f"--tls-private-key-file={self._serving.key}",
             f"--client-ca-file={self.ca_file}",
             f"--token-auth-file={pki / 'tokens.csv'}",
@@ -317,8 +324,9 @@ class ControlPlane:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            *(("--disable-admission-plugins=TaintNodesByCondition", "--kubelet-preferred-address-types=InternalIP")
+              if self.pod_network_address else
+              ("--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")),
             "--allow-privileged=true",
             "--profiling=false",
             *self.extra_apiserver_args,
@@ -348,7 +356,8 @@ class ControlPlane:
         session.headers["Authorization"] = f"Bearer {self.admin.token}"
         return session
 
-    def start_controller_manager(self, controllers: Iterable[str] = GC_CONTROLLERS) -> None:
+    def start_controller_manager(self, controllers: Iterable[str] = GC_CONTROLLERS,
+                                 extra_args: Iterable[str] = ()) -> None:
         """Start kube-controller-manager running only ``controllers`` (default: the garbage collector)."""
         if any(p.name == "kube-controller-manager" for p in self._procs):
             return
@@ -364,6 +373,7 @@ class ControlPlane:
             f"--controllers={','.join(controllers)}", "--leader-elect=false",
             "--bind-address=127.0.0.1", f"--secure-port={port}",
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
+            *extra_args,
         ])
         session = requests.Session()
         session.trust_env = False

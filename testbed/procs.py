@@ -93,7 +93,7 @@ def die_with_parent(argv: list[str]) -> list[str]:
 def spawn(argv: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own process group, stdout+stderr to ``log``, without proxy settings."""
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,10.243.0.1"  # 10.243.0.1: testbed/realnodes
     with open(log, "wb") as out:
         return subprocess.Popen(
             die_with_parent(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

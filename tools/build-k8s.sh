@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries the fracgpu test bed runs (docs/testing.md):
 #   kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes v1.35.4, tools/k8s)
+#   kubelet and kube-proxy for the test bed's real nodes (testbed/realnodes, same module)
 #   etcd (go.etcd.io/etcd/server/v3, tools/etcd)
 # into ${FRACGPU_K8S_CACHE:-$HOME/.cache/fracgpu/k8s-v1.35.4}/.
 #
@@ -35,6 +36,8 @@ TARGETS=(
     "kube-apiserver|k8s|k8s.io/kubernetes/cmd/kube-apiserver"
     "kube-controller-manager|k8s|k8s.io/kubernetes/cmd/kube-controller-manager"
     "kube-scheduler|k8s|k8s.io/kubernetes/cmd/kube-scheduler"
+    "kubelet|k8s|k8s.io/kubernetes/cmd/kubelet"
+    "kube-proxy|k8s|k8s.io/kubernetes/cmd/kube-proxy"
 )
 
 log() { echo "[build-k8s $(date +%H:%M:%S)] $*"; }

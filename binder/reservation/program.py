@@ -6,7 +6,9 @@ annotation `run.ai/reserve_for_gpu_index`, which the binder is watching for, and
 GPU stays allocated. A restart finds the annotation already there and skips discovery.
 
 Fake-GPU mode (`--fake-gpu` or env FRACGPU_FAKE_GPU=true) is for clusters without GPUs: instead of NVML it
-writes a fake UUID derived from the node and pod name, the same on every restart.
+reports the device the kubelet allocated to the container, as a (fake) NVIDIA device plugin told it in
+`NVIDIA_VISIBLE_DEVICES`; with no device plugin (no single id there) a fake UUID derived from the node and pod
+name, the same on every restart.
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ def fake_gpu_uuid(pod: dict[str, Any]) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
+def allocated_device(environ: dict[str, str]) -> str | None:
+    """The one device id in NVIDIA_VISIBLE_DEVICES (the device plugin's envvar strategy), else None."""
+    value = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if not value or value in ("all", "none", "void") or "," in value:
+        return None
+    return value
+
+
 def patch_device_info(client: KubeClient, namespace: str, name: str, gpu_uuid: str) -> None:
     """Write the annotation with a merge patch (reference PatchDeviceInfo wording on errors)."""
     try:
@@ -127,7 +137,7 @@ def report_gpu(client: KubeClient, environ: dict[str, str], fake_gpu: bool, nvml
         log.info("Pod already has its GPU device annotation, skipping discovery", extra=fields)
         return None
     if fake_gpu:
-        gpu_uuid = fake_gpu_uuid(pod)
+        gpu_uuid = allocated_device(environ) or fake_gpu_uuid(pod)
     else:
         if nvml is None:
             import pynvml as nvml

@@ -9,6 +9,7 @@ import pytest
 from binder.reservation.program import (
     ProgramError,
     discover_gpu_uuid,
+    allocated_device,
     fake_gpu_uuid,
     is_fake_gpu,
     pod_identity,
@@ -91,6 +92,14 @@ def test_fake_uuid_is_uuid_shaped_and_stable_per_node_and_pod():
     assert fake_gpu_uuid(pod) == uuid
     other = {"metadata": {"namespace": "rr", "name": "gpu-reservation-1"}, "spec": {"nodeName": "n2"}}
     assert fake_gpu_uuid(other) != uuid
+
+
+def test_fake_gpu_mode_reports_the_device_the_kubelet_allocated():
+    """A (fake) NVIDIA device plugin names the allocated device in NVIDIA_VISIBLE_DEVICES; that is the GPU."""
+    assert allocated_device({"NVIDIA_VISIBLE_DEVICES": "GPU-1234"}) == "GPU-1234"
+    for unusable in ("", "all", "none", "void", "GPU-1,GPU-2"):
+        assert allocated_device({"NVIDIA_VISIBLE_DEVICES": unusable}) is None
+    assert allocated_device({}) is None
 
 
 def test_fake_gpu_mode_from_flag_or_environment():

@@ -1,0 +1,1 @@
+"""Real nodes for the test bed: containerd + kubelet + a fake NVIDIA device plugin on this machine."""

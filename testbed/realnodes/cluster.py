@@ -1,0 +1,182 @@
+"""A local cluster with real nodes: the test bed's control plane, kube-proxy, and N kubelets with fake GPUs.
+
+`RealCluster.start()` checks the machine (RealNodesUnavailable says what is missing), prepares the host
+(testbed/realnodes/host.py), builds the images (images.py), starts the control plane reachable from pods, the
+controllers a pod needs to start (service accounts and their CA bundle, garbage collection, namespaces),
+kube-proxy (the `kubernetes` Service), the `nvidia` RuntimeClass, and the nodes. `stop()` puts the machine back.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from testbed.controlplane import ControlPlane
+from testbed.procs import free_ports, spawn, terminate
+from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
+from testbed.realnodes.images import Image, build_all
+from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER, RealNode, RealNodeError
+
+POD_CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
+                   "garbage-collector-controller", "namespace-controller")
+NODE_PREFIX = "realnode-"
+
+
+class RealCluster:
+    def __init__(self, nodes: int = 2, gpus_per_node: int = 4, gpu_memory_mib: int = 40960,
+                 workdir: Path | None = None, start_timeout: float = 180) -> None:
+        self.node_count = nodes
+        self.gpus_per_node = gpus_per_node
+        self.gpu_memory_mib = gpu_memory_mib
+        self._owns_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="fracgpu-realnodes-"))
+        self.start_timeout = start_timeout
+        self.host = HostPrep()
+        self.binaries: NodeBinaries | None = None
+        self.images: list[Image] = []
+        self.control_plane: ControlPlane | None = None
+        self.nodes: list[RealNode] = []
+        self._kube_proxy: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: dict[str, float] = {}
+
+    def __enter__(self) -> RealCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> RealCluster:
+        self.binaries = check_machine()
+        try:
+            self._timed("images", lambda: setattr(self, "images", build_all()))
+            self._timed("host", self.host.apply)
+            self._timed("control plane", self._start_control_plane)
+            self._timed("nodes", self._start_nodes)
+            # After the nodes: kube-proxy waits for its own Node's address before it writes any rule.
+            self._timed("kube-proxy", self._start_kube_proxy)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _timed(self, what: str, step: Any) -> None:
+        started = time.monotonic()
+        step()
+        self.startup_seconds[what] = round(time.monotonic() - started, 2)
+
+    @property
+    def plane(self) -> ControlPlane:
+        assert self.control_plane is not None, "start() the cluster first"
+        return self.control_plane
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = str(self.plane.ca_file)
+        session.headers["Authorization"] = f"Bearer {self.plane.admin.token}"
+        return session
+
+    def _start_control_plane(self) -> None:
+        self.control_plane = ControlPlane(workdir=self.workdir / "control-plane", pod_network_address=API_ADDRESS,
+                                          start_timeout=self.start_timeout)
+        self.control_plane.start()
+        self.control_plane.start_controller_manager(
+            POD_CONTROLLERS, extra_args=[f"--root-ca-file={self.control_plane.ca_file}"])
+        with self.session() as session:
+            response = session.post(f"{self.plane.url}/apis/node.k8s.io/v1/runtimeclasses", timeout=30, json={
+                "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": NVIDIA_RUNTIME_HANDLER}, "handler": NVIDIA_RUNTIME_HANDLER})
+            if response.status_code not in (201, 409):
+                raise RealNodeError(f"could not create the nvidia RuntimeClass: {response.text}")
+
+    def _start_kube_proxy(self) -> None:
+        assert self.binaries is not None
+        directory = self.workdir / "kube-proxy"
+        directory.mkdir(parents=True, exist_ok=True)
+        healthz, metrics = free_ports(2)
+        config = directory / "config.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.plane.admin_kubeconfig)},
+            "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": f"{NODE_PREFIX}0",
+            "healthzBindAddress": f"127.0.0.1:{healthz}", "metricsBindAddress": f"127.0.0.1:{metrics}",
+            # 0 leaves the host's conntrack settings as they are; no NodePort on localhost (route_localnet).
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": [f"{API_ADDRESS}/32"],
+        }))
+        self._kube_proxy = spawn([str(self.binaries.kube_proxy), f"--config={config}", "--v=1"],
+                                 self.plane.logs_dir / "kube-proxy.log", directory)
+        deadline = time.monotonic() + 60
+        while True:  # ready once its rules for the `kubernetes` Service are written
+            rules = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+            if "default/kubernetes:https" in rules:
+                return
+            if self._kube_proxy.poll() is not None or time.monotonic() > deadline:
+                raise RealNodeError("kube-proxy did not program the kubernetes Service; see "
+                                    f"{self.plane.logs_dir / 'kube-proxy.log'}")
+            time.sleep(0.2)
+
+    def _start_nodes(self) -> None:
+        assert self.binaries is not None
+        self.nodes = [RealNode(f"{NODE_PREFIX}{i}", i, self.workdir / "nodes", self.binaries, self.images,
+                               self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib)
+                      for i in range(self.node_count)]
+        for node in self.nodes:
+            node.launch()
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda n: n.wait_state("running", self.start_timeout), self.nodes))
+        self.wait_nodes_ready()
+
+    def wait_nodes_ready(self, timeout: float = 120) -> None:
+        """Every node Ready and advertising its GPUs."""
+        deadline = time.monotonic() + timeout
+        with self.session() as session:
+            while True:
+                waiting = [node.name for node in self.nodes if not self._node_ready(session, node)]
+                if not waiting:
+                    return
+                if time.monotonic() > deadline:
+                    raise RealNodeError(f"nodes not Ready with their GPUs after {timeout:.0f} s: {waiting}\n"
+                                        + "\n".join(n.log_tails() for n in self.nodes if n.name in waiting))
+                time.sleep(0.3)
+
+    def _node_ready(self, session: requests.Session, node: RealNode) -> bool:
+        response = session.get(f"{self.plane.url}/api/v1/nodes/{node.name}", timeout=10)
+        if response.status_code != 200:
+            return False
+        status = response.json().get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return ready and (status.get("allocatable") or {}).get("nvidia.com/gpu") == str(node.gpus)
+
+    def node(self, name: str) -> RealNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def stop(self) -> list[str]:
+        """Stop everything and restore the machine; the problems met (none on a clean stop)."""
+        problems: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            for node_problems in pool.map(lambda n: n.stop(), self.nodes):
+                problems += node_problems
+        self.nodes = []
+        if self._kube_proxy is not None:
+            terminate(self._kube_proxy)
+            self._kube_proxy.wait()
+            self._kube_proxy = None
+            assert self.binaries is not None
+            subprocess.run([str(self.binaries.kube_proxy), "--cleanup"], capture_output=True, timeout=60)
+        if self.control_plane is not None:
+            self.control_plane.stop()
+            self.control_plane = None
+        problems += self.host.restore()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return problems

@@ -1,0 +1,267 @@
+"""One real node: containerd + kubelet + the fake NVIDIA device plugin, in a mount namespace of its own.
+
+`RealNode` writes the node's configuration (containerd, CNI bridge, kubelet), starts its supervisor
+(testbed/realnodes/nodeinit.py) under `unshare --mount`, waits until the Node is Ready with its GPUs advertised,
+and on `stop()` removes every process, cgroup, interface and file the node had. Nodes share this machine's
+network namespace: node i's pods are on bridge fgbr<i> (10.244.i.0/24); its kubelet listens on the pod network's
+host address at a port of its own, where the apiserver reaches it for logs and exec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.procs import free_ports
+from testbed.realnodes import deviceplugin
+from testbed.realnodes.host import (
+    API_ADDRESS,
+    CGROUP_PARENT,
+    CNI_DIR,
+    FIXED_PATHS,
+    NODE_BRIDGE_PREFIX,
+    NodeBinaries,
+    cgroup_hierarchies,
+    remove_cgroup_tree,
+)
+from testbed.realnodes.images import PAUSE_IMAGE, Image
+
+NVIDIA_RUNTIME_HANDLER = "nvidia"  # the GPU operator's runtime; here a second name for runc
+
+
+class RealNodeError(RuntimeError):
+    """The node did not come up, or could not be stopped cleanly."""
+
+
+def bridge_name(index: int) -> str:
+    return f"{NODE_BRIDGE_PREFIX}{index}"
+
+
+def pod_subnet(index: int) -> str:
+    return f"10.244.{index}.0/24"
+
+
+class RealNode:
+    def __init__(self, name: str, index: int, workdir: Path, binaries: NodeBinaries, images: list[Image],
+                 kubeconfig: Path, gpus: int = 4, gpu_memory_mib: int = 40960) -> None:
+        self.name = name
+        self.index = index
+        self.dir = workdir / name
+        self.binaries = binaries
+        self.images = images
+        self.kubeconfig = kubeconfig
+        self.gpus = gpus
+        self.gpu_memory_mib = gpu_memory_mib
+        self.gpu_ids = deviceplugin.gpu_ids(name, gpus)
+        self.port = 0
+        self.supervisor: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    def cgroup_dirs(self, leaf: str = "") -> list[Path]:
+        return [h / CGROUP_PARENT / self.name / leaf if leaf else h / CGROUP_PARENT / self.name
+                for h in cgroup_hierarchies()]
+
+    @property
+    def cgroup_root(self) -> str:
+        """The kubelet's --cgroup-root: the node's pods live below it."""
+        return f"/{CGROUP_PARENT}/{self.name}/pods"
+
+    # ------------------------------------------------------------------ configuration
+    def _make_cgroups(self) -> None:
+        for hierarchy in cgroup_hierarchies():
+            for leaf in ("pods", "system"):
+                parts = [CGROUP_PARENT, self.name, leaf]
+                for depth in range(1, len(parts) + 1):
+                    directory = hierarchy.joinpath(*parts[:depth])
+                    directory.mkdir(exist_ok=True)
+                    for knob in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset admits no process until set
+                        own, parent = directory / knob, directory.parent / knob
+                        if own.exists() and not own.read_text().strip():
+                            own.write_text(parent.read_text())
+
+    def _containerd_config(self) -> str:
+        runc = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": False}}
+        config = {
+            "version": 2,
+            "root": str(self.dir / "containerd"),
+            "state": "/run/containerd",
+            "grpc": {"address": "/run/containerd/containerd.sock"},
+            "disabled_plugins": ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                                 "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                                 "io.containerd.internal.v1.tracing"],
+            "plugins": {
+                "io.containerd.grpc.v1.cri": {
+                    "sandbox_image": PAUSE_IMAGE,
+                    # Without CAP_SYS_RESOURCE a container may not lower its OOM score below containerd's.
+                    "restrict_oom_score_adj": True,
+                    "disable_apparmor": True,
+                    "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc",
+                                   "runtimes": {"runc": runc, NVIDIA_RUNTIME_HANDLER: runc}},
+                    "cni": {"bin_dir": str(CNI_DIR), "conf_dir": "/etc/cni/net.d", "max_conf_num": 1},
+                },
+            },
+        }
+        return _toml(config)
+
+    def _cni_config(self) -> dict[str, Any]:
+        return {
+            "cniVersion": "0.4.0", "name": f"fracgpu-{self.name}",
+            "plugins": [{
+                "type": "bridge", "bridge": bridge_name(self.index), "isGateway": True, "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_subnet(self.index)}]],
+                         "routes": [{"dst": "0.0.0.0/0"}]},
+            }],
+        }
+
+    def _kubelet_config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": API_ADDRESS, "port": self.port, "readOnlyPort": 0, "healthzPort": 0,
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root, "cgroupsPerQOS": True,
+            "failCgroupV1": False, "failSwapOn": False, "protectKernelDefaults": False,
+            "makeIPTablesUtilChains": False,
+            # Our images come from no registry: one the image GC removed could never be pulled back.
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "nodeStatusUpdateFrequency": "1s", "nodeStatusReportFrequency": "10s", "syncFrequency": "5s",
+            "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+            "serializeImagePulls": False, "shutdownGracePeriod": "0s",
+            "maxPods": 60,
+        }
+
+    def _spec(self) -> dict[str, Any]:
+        labels = deviceplugin.gfd_labels(self.gpus, self.gpu_memory_mib)
+        config = self.dir / "kubelet-config.yaml"
+        config.write_text(yaml.safe_dump(self._kubelet_config()))
+        containerd_config = self.dir / "containerd.toml"
+        containerd_config.write_text(self._containerd_config())
+        cni = self.dir / "fs" / "etc_cni_net.d"
+        cni.mkdir(parents=True, exist_ok=True)
+        (cni / "10-fracgpu.conflist").write_text(json.dumps(self._cni_config(), indent=1))
+        return {
+            "name": self.name, "dir": str(self.dir), "fixed_paths": list(FIXED_PATHS),
+            "containerd": str(self.binaries.containerd), "ctr": str(self.binaries.ctr),
+            "containerd_config": str(containerd_config),
+            "images": [str(image.tarball) for image in self.images],
+            "kubelet_argv": [
+                str(self.binaries.kubelet), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
+                f"--hostname-override={self.name}", f"--node-ip={API_ADDRESS}",
+                "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())), "--v=1",
+            ],
+            "device_plugin_argv": [sys.executable, "-m", "testbed.realnodes.deviceplugin", "--node", self.name,
+                                   "--count", str(self.gpus), "--memory-mib", str(self.gpu_memory_mib)],
+            "system_cgroups": [str(d) for d in self.cgroup_dirs("system")],
+            "node_cgroups": [str(d) for d in self.cgroup_dirs()],
+        }
+
+    # ------------------------------------------------------------------ life
+    def launch(self) -> None:
+        """Start the supervisor; `wait_running()` tells when the kubelet is up."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        (self.port,) = free_ports(1)
+        self._make_cgroups()
+        spec_file = self.dir / "spec.json"
+        spec_file.write_text(json.dumps(self._spec(), indent=1))
+        self.logs.mkdir(exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        with open(self.logs / "nodeinit.log", "ab") as out:
+            self.supervisor = subprocess.Popen(
+                # SIGTERM when the test process dies, so the supervisor still tears the node down.
+                ["setpriv", "--pdeathsig", "TERM", "--", "unshare", "--mount", "--propagation", "private", "--",
+                 sys.executable, "-m", "testbed.realnodes.nodeinit", str(spec_file)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def state(self) -> str:
+        try:
+            return (self.dir / "state").read_text()
+        except FileNotFoundError:
+            return ""
+
+    def wait_state(self, prefix: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.state().startswith(prefix):
+            state = self.state()
+            if state.startswith("failed") or (self.supervisor and self.supervisor.poll() is not None):
+                raise RealNodeError(f"node {self.name}: {state or 'supervisor exited'}\n{self.log_tails()}")
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"node {self.name}: no '{prefix}' after {timeout:.0f} s\n{self.log_tails()}")
+            time.sleep(0.1)
+
+    def restart_runtime(self, timeout: float = 60) -> None:
+        """Kill and restart the kubelet and containerd; containers keep running."""
+        generation = int(self.state().split()[1])
+        assert self.supervisor is not None
+        self.supervisor.send_signal(signal.SIGUSR1)
+        self.wait_state(f"running {generation + 1}", timeout)
+
+    def stop(self) -> list[str]:
+        """Stop the node and remove what it had; the problems met (none on a clean stop)."""
+        problems: list[str] = []
+        if self.supervisor is not None and self.supervisor.poll() is None:
+            self.supervisor.send_signal(signal.SIGTERM)
+            try:
+                self.supervisor.wait(60)
+            except subprocess.TimeoutExpired:
+                problems.append(f"node {self.name}: supervisor did not stop in 60 s; killed")
+                self.supervisor.kill()
+                self.supervisor.wait()
+        for directory in self.cgroup_dirs():
+            problems += remove_cgroup_tree(directory)
+        if subprocess.run(["ip", "link", "show", bridge_name(self.index)], capture_output=True).returncode == 0:
+            subprocess.run(["ip", "link", "del", bridge_name(self.index)], capture_output=True)
+        return problems
+
+    def log_tails(self, lines: int = 25) -> str:
+        parts = []
+        for log in sorted(self.logs.glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"----- {log} -----\n" + "\n".join(text))
+        return "\n".join(parts)
+
+
+def _toml(table: dict[str, Any], prefix: str = "") -> str:
+    """The small TOML subset containerd's config needs (strings, numbers, booleans, lists, nested tables)."""
+    lines: list[str] = []
+    nested: list[tuple[str, dict[str, Any]]] = []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            nested.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    out = ("\n".join(lines) + "\n") if lines else ""
+    for key, value in nested:
+        name = f'{prefix}.{_toml_key(key)}' if prefix else _toml_key(key)
+        out += f"\n[{name}]\n" + _toml(value, name)
+    return out
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))

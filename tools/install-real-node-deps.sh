@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# What the test bed's real nodes (testbed/realnodes, docs/testing.md) need on this machine, idempotently:
+#   Debian's containerd, runc, CNI plugins, static busybox, iptables and conntrack (apt; skipped when present),
+#   and kubelet + kube-proxy v1.35.4 (tools/build-k8s.sh, a no-op when cached).
+# Real nodes need Linux and root; elsewhere this says so and exits 0, and the real-node tests fail naming it.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+log() { echo "[real-node-deps $(date +%H:%M:%S)] $*"; }
+
+if [[ "$(uname -s)" != "Linux" || "$(id -u)" != "0" ]]; then
+    log "real nodes need Linux and root; skipping their install (python -m testbed.demo --played-nodes runs here)"
+    exit 0
+fi
+# package|a file it installs
+PACKAGES=(
+    "containerd|/usr/bin/containerd"
+    "runc|/usr/sbin/runc"
+    "containernetworking-plugins|/usr/lib/cni/bridge"
+    "busybox-static|/usr/bin/busybox"
+    "iptables|/usr/sbin/iptables"
+    "conntrack|/usr/sbin/conntrack"
+)
+missing=()
+for entry in "${PACKAGES[@]}"; do
+    [[ -e "${entry#*|}" ]] || missing+=("${entry%%|*}")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    log "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null || log "apt-get update failed; trying the install with the lists we have"
+    # --no-install-recommends: containerd's recommends pull in nothing the nodes use.
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+else
+    log "apt packages present"
+fi
+"$ROOT/tools/build-k8s.sh"
