@@ -1,0 +1,69 @@
+"""Real nodes for the end-to-end suites: ONE cluster of two kubelets (4 fake GPUs each) per test session.
+
+`control_plane` is overridden here with the real-node cluster's, so the test bed's fixtures (`kube_admin`, ...)
+work on it. A machine that cannot run real nodes fails these tests with the reason (never skips them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.realnodes.bed import RealBed, real_bed
+from testbed.realnodes.cluster import RealCluster
+
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealCluster]:
+    timeout = float(os.environ.get("FRACGPU_TESTBED_START_TIMEOUT", "180"))
+    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        problems = cluster.stop()
+        assert not problems, f"the real nodes did not stop cleanly: {problems}"
+
+
+@pytest.fixture(scope="session")
+def control_plane(real_cluster: RealCluster) -> Any:
+    return real_cluster.plane
+
+
+def _bed(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory, mode: str, *flags: Any) -> Iterator[RealBed]:
+    webhook_flags, binder_flags = flags if flags else ((), ())
+    with real_bed(cluster, Path(tmp_path_factory.mktemp(f"bed-{mode}")), mode, webhook_flags, binder_flags) as bed:
+        yield bed
+
+
+@pytest.fixture(scope="module")
+def kai_bed_module(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+    """Webhook + binder; the tests write BindRequests as the KAI scheduler does. hamicore on in both."""
+    yield from _bed(real_cluster, tmp_path_factory, "kai", ("--hami-core-enabled",),
+                    ("--plugins", '{"hamicore":{"enabled":true}}'))
+
+
+@pytest.fixture(scope="module")
+def stock_bed_module(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+    """Webhook + binder + extender + the stock kube-scheduler. hamicore on in webhook and binder."""
+    yield from _bed(real_cluster, tmp_path_factory, "stock", ("--hami-core-enabled",),
+                    ("--plugins", '{"hamicore":{"enabled":true}}'))
+
+
+@pytest.fixture
+def kai_bed(kai_bed_module: RealBed) -> Iterator[RealBed]:
+    """The module's KAI-path bed, with every pod of the test gone (GPUs free) after it."""
+    yield kai_bed_module
+    kai_bed_module.delete_pods()
+
+
+@pytest.fixture
+def stock_bed(stock_bed_module: RealBed) -> Iterator[RealBed]:
+    yield stock_bed_module
+    stock_bed_module.delete_pods()
