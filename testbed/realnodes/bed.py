@@ -140,6 +140,12 @@ class RealBed:
                 return None
             raise
 
+    def bind_request_for(self, pod_name: str) -> dict[str, Any]:
+        """The BindRequest of a pod, whatever its name (the extender and KAI name them differently)."""
+        items = self.kube.get(bindrequest_path(self.namespace)).get("items") or []
+        (request,) = [r for r in items if r["spec"].get("podName") == pod_name]
+        return request
+
     def describe(self, name: str, namespace: str | None = None) -> str:
         pod = self.get(name, namespace)
         events = self.kube.get(f"/api/v1/namespaces/{namespace or self.namespace}/events").get("items") or []
