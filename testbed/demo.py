@@ -1,10 +1,13 @@
 """`make demo`: fracgpu end to end on a local control plane.
 
 Starts etcd and kube-apiserver, applies the manifests, runs the certificate tool, the admission webhook
-and the binder as local processes, creates fake GPU nodes, submits fractional pods with hamicore on, plays
-the nodes' kubelet for the reservation pods (testbed/nodeplayer.py: each gets a device of its node, and the real
-reservation program, whose NVML stand-in sees that one device, reports its id), and prints what each pod got.
-Everything stops on exit or Ctrl-C. Two modes:
+and the binder as local processes, and submits fractional pods with hamicore on. The nodes are real where the
+machine allows (Linux, root): two kubelets with containerd and a fake NVIDIA device plugin (testbed/realnodes),
+which run the reservation pods from the project's reservation image and the workloads in containers; the table
+shows what each running container printed about its GPU. `--played-nodes` keeps nodes as API objects instead
+(testbed/nodeplayer.py plays their kubelet: each reservation pod gets a device of its node, and the real
+reservation program, whose NVML stand-in sees that one device, reports its id). Where real nodes cannot start,
+the demo stops and says why; it never falls back on its own. Everything stops on exit or Ctrl-C. Two modes:
 
 - `--mode stock` (the default): the stock kube-scheduler with the fracgpu extender (the stock-scheduler
   component) places the pods a user creates: two half-GPU pods share one GPU, a gpu-memory pod gets its own.
@@ -43,6 +46,10 @@ from testbed.local_deploy import (
 from testbed.manifests import MANIFESTS, apply, find, render
 from testbed.nodeplayer import NodePlayer
 from testbed.procs import free_port
+from testbed.realnodes.cluster import RealCluster
+from testbed.realnodes.host import RealNodesUnavailable, check_machine
+from testbed.realnodes.images import RESERVATION_IMAGE, WORKLOAD_IMAGE
+from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER
 from testbed.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
 from testbed.webhook import AdmissionProcess
 
@@ -64,8 +71,10 @@ def ensure(session: KubeSession, collection: str, body: dict[str, Any]) -> None:
 
 
 class Demo:
-    def __init__(self, workdir: Path, keep_running: bool, mode: str = "stock") -> None:
+    def __init__(self, workdir: Path, keep_running: bool, mode: str = "stock", played_nodes: bool = False) -> None:
         self.workdir = workdir
+        self.played_nodes = played_nodes
+        self.cluster: RealCluster | None = None
         self.keep_running = keep_running
         self.mode = mode
         self.scheduler_name = SCHEDULER_NAME if mode == "stock" else names.DEFAULT_SCHEDULER_NAME
@@ -79,9 +88,22 @@ class Demo:
 
     # ------------------------------------------------------------------ setup
     def start_control_plane(self) -> KubeSession:
-        say("starting etcd and kube-apiserver (v1.35.4, built from Go modules)")
         started = time.monotonic()
-        self.control_plane.start()
+        if self.played_nodes:
+            say("starting etcd and kube-apiserver (v1.35.4, built from Go modules); nodes are played (API objects)")
+            self.control_plane.start()
+        else:
+            try:
+                check_machine()
+            except RealNodesUnavailable as error:
+                raise RuntimeError(f"{error}\n  (or run the demo with --played-nodes: nodes as API objects, "
+                                   "no containers)") from None
+            say(f"starting etcd, kube-apiserver, kube-proxy and {len(NODES)} real nodes (kubelet + containerd + a "
+                "fake NVIDIA device plugin, v1.35.4 built from Go modules)")
+            self.cluster = RealCluster(node_names=list(NODES), gpus_per_node=4, gpu_memory_mib=GPU_MEMORY_MIB,
+                                       workdir=self.workdir / "cluster")
+            self.cluster.start()
+            self.control_plane = self.cluster.plane
         say(f"control plane ready at {self.control_plane.url} in {time.monotonic() - started:.1f}s")
         self.session = http_session(self.control_plane)
         return self.session
@@ -145,6 +167,10 @@ class Demo:
 
     def start_binder(self, documents: list[dict[str, Any]]) -> None:
         module, args = shipped_args(documents, "Deployment", "fracgpu-binder")
+        if not self.played_nodes:  # the image the nodes have, and the GPU operator's runtime class
+            args = [f"--resource-reservation-pod-image={RESERVATION_IMAGE}"
+                    if arg.startswith("--resource-reservation-pod-image=") else arg for arg in args]
+            args.append(f"--runtime-class-name={NVIDIA_RUNTIME_HANDLER}")
         say(f"starting the binder as ServiceAccount fracgpu-binder with its Deployment's flags: {' '.join(args)}")
         kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-binder")
         health = free_port()
@@ -180,6 +206,11 @@ class Demo:
     def create_nodes(self, session: KubeSession) -> None:
         from testbed.kube import api_client, create_gpu_node
 
+        if self.cluster is not None:
+            for node in self.cluster.nodes:
+                say(f"real node {node.name}: kubelet on {node.port}, 4 x nvidia.com/gpu from the fake device plugin "
+                    f"({', '.join(node.gpu_ids)}), nvidia.com/gpu.memory={GPU_MEMORY_MIB}")
+            return
         api = api_client(self.control_plane)
         for node in NODES:
             create_gpu_node(api, node, gpus=4, gpu_memory_mib=GPU_MEMORY_MIB)
@@ -219,11 +250,14 @@ class Demo:
                          ("four-gib", {names.GPU_MEMORY: "4096"}, NODES[1], f"{4096 / GPU_MEMORY_MIB:.2f}")]
         submitted = []
         for name, request, node, portion in workloads:
+            container = {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                         "command": ["nvidia-smi", "-L"]}
+            if not self.played_nodes:  # a container that prints its environment, from the nodes' own images
+                container = {"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never"}
             pod = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "annotations": request},
-                   "spec": {"schedulerName": self.scheduler_name,
-                            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                                            "command": ["nvidia-smi", "-L"]}]}}
+                   "spec": {"schedulerName": self.scheduler_name, "containers": [container],
+                            "terminationGracePeriodSeconds": 2}}
             answer = session.post(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods", json=pod)
             if answer.status_code != 201:
                 raise RuntimeError(f"pod {name} was not admitted: {answer.text}")
@@ -265,15 +299,35 @@ class Demo:
                 node = session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}").json()["spec"]["nodeName"]
                 say(f"pod {DEMO_NAMESPACE}/{name} placed on {node} by the extender, BindRequest written, bound by "
                     "the binder")
-            set_pod_running_raw(session, DEMO_NAMESPACE, name)
-            say(f"pod {DEMO_NAMESPACE}/{name} bound; the kubelet's part (phase Running) played")
+            if self.played_nodes:
+                set_pod_running_raw(session, DEMO_NAMESPACE, name)
+                say(f"pod {DEMO_NAMESPACE}/{name} bound; the kubelet's part (phase Running) played")
+                continue
+            started = time.monotonic()
+            wait_for(f"pod {name} Running on its node", lambda name=name: session.get(
+                f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}").json().get("status", {}).get("phase") == "Running",
+                timeout=90, interval=0.3)
+            say(f"pod {DEMO_NAMESPACE}/{name} bound; its container runs on the node "
+                f"({time.monotonic() - started:.1f}s after the bind)")
+
+    def what_the_pod_got(self, session: KubeSession, pod: dict[str, Any]) -> dict[str, str]:
+        """On real nodes, what the container printed of its environment; played, its ConfigMap (no container)."""
+        name = pod["metadata"]["name"]
+        if not self.played_nodes:
+            text = wait_for(f"pod {name} to print its environment", lambda: (lambda answer: answer.ok and answer.text)(
+                session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}/log")), timeout=30, interval=0.3)
+            return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        prefix = pod["metadata"]["annotations"][names.SHARED_GPU_CONFIGMAP]
+        return session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/configmaps/{prefix}-0").json().get("data") or {}
 
     def table(self, session: KubeSession, submitted: list[tuple[str, str]]) -> str:
+        source = "the ConfigMaps (played nodes: no container)" if self.played_nodes else "each running container"
+        say(f"NVIDIA_VISIBLE_DEVICES, GPU_PORTION and CUDA_DEVICE_MEMORY_LIMIT as read from {source}; GPU ID as "
+            "its reservation pod reported it")
         rows = [("POD", "NODE", "GPU ID", "NVIDIA_VISIBLE_DEVICES", "GPU_PORTION", "CUDA_DEVICE_MEMORY_LIMIT", "PHASE")]
         for name, _node in submitted:
             pod = session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}").json()
-            prefix = pod["metadata"]["annotations"][names.SHARED_GPU_CONFIGMAP]
-            data = session.get(f"/api/v1/namespaces/{DEMO_NAMESPACE}/configmaps/{prefix}-0").json().get("data") or {}
+            data = self.what_the_pod_got(session, pod)
             group = pod["metadata"].get("labels", {}).get(names.GPU_GROUP_LABEL, "")
             reservations = session.get(f"/api/v1/namespaces/{RESERVATION}/pods",
                                        params={"labelSelector": f"{names.GPU_GROUP_LABEL}={group}"}).json()["items"]
@@ -296,7 +350,8 @@ class Demo:
         self.create_nodes(session)
         if self.mode == "stock":
             self.start_scheduler(documents)
-        self.play_nodes()
+        if self.played_nodes:
+            self.play_nodes()
         submitted = self.submit(session)
         print()
         print(self.table(session, submitted), flush=True)
@@ -317,7 +372,12 @@ class Demo:
             program.stop()
         if self.admission is not None:
             self.admission.stop()
-        self.control_plane.stop()
+        if self.cluster is not None:
+            problems = self.cluster.stop()
+            for problem in problems:
+                say(f"cleaning up the real nodes: {problem}")
+        else:
+            self.control_plane.stop()
 
 
 def set_pod_running_raw(session: KubeSession, namespace: str, name: str) -> None:
@@ -335,11 +395,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("stock", "kai"), default="stock",
                         help="stock: the stock kube-scheduler + fracgpu extender place the pods (default); "
                              "kai: the demo writes the BindRequests the KAI scheduler would")
+    parser.add_argument("--played-nodes", action="store_true",
+                        help="nodes as API objects whose kubelet the demo plays (no containers; any machine) instead "
+                             "of real nodes (Linux, root)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fracgpu-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"logs in {workdir}")
-    demo = Demo(workdir, args.keep_running, args.mode)
+    demo = Demo(workdir, args.keep_running, args.mode, args.played_nodes)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return demo.run()

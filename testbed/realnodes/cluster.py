@@ -32,8 +32,10 @@ NODE_PREFIX = "realnode-"
 
 class RealCluster:
     def __init__(self, nodes: int = 2, gpus_per_node: int = 4, gpu_memory_mib: int = 40960,
-                 workdir: Path | None = None, start_timeout: float = 180) -> None:
-        self.node_count = nodes
+                 workdir: Path | None = None, start_timeout: float = 180,
+                 node_names: list[str] | None = None) -> None:
+        self.node_names = list(node_names) if node_names else [f"{NODE_PREFIX}{i}" for i in range(nodes)]
+        self.node_count = len(self.node_names)
         self.gpus_per_node = gpus_per_node
         self.gpu_memory_mib = gpu_memory_mib
         self._owns_workdir = workdir is None
@@ -106,7 +108,7 @@ class RealCluster:
         config.write_text(yaml.safe_dump({
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(self.plane.admin_kubeconfig)},
-            "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": f"{NODE_PREFIX}0",
+            "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": self.node_names[0],
             "healthzBindAddress": f"127.0.0.1:{healthz}", "metricsBindAddress": f"127.0.0.1:{metrics}",
             # 0 leaves the host's conntrack settings as they are; no NodePort on localhost (route_localnet).
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
@@ -127,9 +129,9 @@ class RealCluster:
 
     def _start_nodes(self) -> None:
         assert self.binaries is not None
-        self.nodes = [RealNode(f"{NODE_PREFIX}{i}", i, self.workdir / "nodes", self.binaries, self.images,
+        self.nodes = [RealNode(name, i, self.workdir / "nodes", self.binaries, self.images,
                                self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib)
-                      for i in range(self.node_count)]
+                      for i, name in enumerate(self.node_names)]
         for node in self.nodes:
             node.launch()
         with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:

@@ -1,4 +1,5 @@
-"""`make demo` runs end to end, non-interactively, and prints what each pod got."""
+"""`make demo` runs end to end, non-interactively, and prints what each pod got: on real nodes (the default here:
+Linux, root) what each running container printed; with --played-nodes what its ConfigMap holds."""
 
 import re
 import subprocess
@@ -6,6 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from testbed.realnodes.deviceplugin import gpu_ids
 
 pytestmark = pytest.mark.apiserver
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,6 +18,8 @@ def run_demo(tmp_path, *args):
     run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path), *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
+    source = "the ConfigMaps (played nodes" if "--played-nodes" in args else "each running container"
+    assert f"as read from {source}" in run.stdout
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert leftovers.strip() == "", f"processes still running: {leftovers}"
     assert "stopping binder, webhook, reservation programs and control plane" in run.stdout
@@ -22,8 +27,12 @@ def run_demo(tmp_path, *args):
     return {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith("demo/")}
 
 
-def test_default_demo_places_user_pods_with_the_stock_scheduler_and_shares_a_gpu(tmp_path):
-    rows = run_demo(tmp_path)
+DEVICES = {node: set(gpu_ids(node, 4)) for node in ("gpu-node-1", "gpu-node-2")}
+
+
+@pytest.mark.parametrize("nodes", [(), ("--played-nodes",)], ids=["real-nodes", "played-nodes"])
+def test_default_demo_places_user_pods_with_the_stock_scheduler_and_shares_a_gpu(tmp_path, nodes):
+    rows = run_demo(tmp_path, *nodes)
     first, second, four = rows["demo/half-gpu"], rows["demo/half-gpu-2"], rows["demo/four-gib"]
     for row in (first, second, four):
         assert row[1].startswith("gpu-node-") and re.fullmatch(r"GPU-[0-9a-f-]+", row[2]) and row[3] == row[2]
@@ -31,6 +40,8 @@ def test_default_demo_places_user_pods_with_the_stock_scheduler_and_shares_a_gpu
     assert first[1:4] == second[1:4]  # binpack: the two halves share one GPU
     assert first[4:6] == second[4:6] == ["0.50", "20480m"]
     assert four[2] != first[2] and four[4:6] == ["0.10", "4096m"]
+    if not nodes:  # the ids the nodes' device plugins gave the reservation pods, as the containers saw them
+        assert all(row[2] in DEVICES[row[1]] for row in (first, second, four))
 
 
 def test_kai_mode_binds_both_pods_and_prints_the_table(tmp_path):
@@ -41,3 +52,14 @@ def test_kai_mode_binds_both_pods_and_prints_the_table(tmp_path):
         assert re.fullmatch(r"GPU-[0-9a-f-]+", row[2]) and row[3] == row[2] and row[6] == "Running"
     assert half[4:6] == ["0.50", "20480m"]  # 40960 MiB x 0.5
     assert four[4:6] == ["0.10", "4096m"]  # 40960 MiB x 0.10
+    assert half[2] in DEVICES["gpu-node-1"] and four[2] in DEVICES["gpu-node-2"]
+
+
+def test_demo_stops_and_names_the_flag_where_real_nodes_cannot_start(tmp_path):
+    """No silent fall-back: with none of the node tools on PATH the demo says what is missing and --played-nodes."""
+    run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={"PATH": str(tmp_path / "no-tools")})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "real nodes cannot start, missing: containerd" in run.stderr
+    assert "--played-nodes" in run.stderr
+    assert "starting etcd" not in run.stdout  # nothing was started
