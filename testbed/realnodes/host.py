@@ -9,6 +9,7 @@ host setting it or the node programs touch, gives the pod network a private addr
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -42,6 +43,11 @@ HOST_TOOLS = {"containerd": "containerd", "containerd-shim-runc-v2": "containerd
               "runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "busybox": "busybox-static"}
 CNI_DIR = Path("/usr/lib/cni")
 INSTALL_HINT = "run `make real-node-deps` (apt packages and the kubelet build; tools/install-real-node-deps.sh)"
+
+
+# One real-node cluster per machine: they share the pod network's address, the fixed paths and the cgroup parent,
+# and a starting cluster sweeps what a killed one left. The lock file names the holder.
+LOCK_FILE = Path("/run/fracgpu-realnodes.lock")
 
 
 class RealNodesUnavailable(RuntimeError):
@@ -93,8 +99,35 @@ class HostPrep:
     created_interface: bool = False
     cgroup_roots: list[Path] = field(default_factory=list)
     saved_firewall: dict[str, str] = field(default_factory=dict)
+    lock: int | None = None
+
+    def acquire(self, timeout: float = 120) -> None:
+        """Hold the machine's real-node lock, waiting up to `timeout` for another cluster to stop."""
+        descriptor = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip()
+                    os.close(descriptor)
+                    raise RealNodesUnavailable(
+                        f"another real-node cluster holds {LOCK_FILE} ({holder}); one runs per machine") from None
+                time.sleep(0.5)
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"pid {os.getpid()}: {' '.join(sys.argv)[:150]}\n".encode(), 0)
+        self.lock = descriptor
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)  # closing drops the flock
+            self.lock = None
 
     def apply(self) -> None:
+        if self.lock is None:
+            self.acquire()
         self.sweep_leftovers()
         # kube-proxy's --cleanup leaves the KUBE-FIREWALL chain the kubelet and kube-proxy share: the tables are
         # saved whole and put back whole (nothing else on a test machine writes them meanwhile).
@@ -165,6 +198,8 @@ class HostPrep:
                     path.write_text(value)
             except OSError as error:
                 problems.append(f"could not restore sysctl {name}={value}: {error}")
+        self.saved_sysctls = {}
+        self.release()
         return problems
 
 
