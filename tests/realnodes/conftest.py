@@ -1,7 +1,6 @@
-"""Real nodes for the end-to-end suites: ONE cluster of two kubelets (4 fake GPUs each) per test session.
-
-`control_plane` is overridden here with the real-node cluster's, so the test bed's fixtures (`kube_admin`, ...)
-work on it. A machine that cannot run real nodes fails these tests with the reason (never skips them).
+"""Real nodes for the end-to-end suites: ONE cluster of two kubelets (4 fake GPUs each) per test session, with a
+control plane of its own (the played-node tests' `control_plane` fixture is another one). A machine that cannot
+run real nodes fails these tests with the reason (never skips them).
 """
 
 from __future__ import annotations
@@ -29,11 +28,6 @@ def real_cluster() -> Iterator[RealCluster]:
     finally:
         problems = cluster.stop()
         assert not problems, f"the real nodes did not stop cleanly: {problems}"
-
-
-@pytest.fixture(scope="session")
-def control_plane(real_cluster: RealCluster) -> Any:
-    return real_cluster.plane
 
 
 def _bed(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory, mode: str, *flags: Any) -> Iterator[RealBed]:
