@@ -43,13 +43,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _serve(stop: threading.Event, kubeconfig: Path) -> None:
+    print(f"export KUBECONFIG={kubeconfig}")
+    print("up; send SIGINT or SIGTERM to stop", flush=True)
+    while not stop.wait(1.0):
+        pass
+
+
 def up(directory: Path, service_accounts: list[tuple[str, str]], controller_manager: bool,
        timeout: float) -> int:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stop_on_signals()
     plane = ControlPlane(workdir=directory, service_accounts=service_accounts,
                          controller_manager=controller_manager, start_timeout=timeout)
     try:
@@ -65,10 +77,7 @@ def up(directory: Path, service_accounts: list[tuple[str, str]], controller_mana
             path = plane.write_kubeconfig(directory / f"sa-{ns}-{sa}.kubeconfig", user)
             print(f"{user.name}: {path}")
         print(f"logs:       {plane.logs_dir}")
-        print(f"export KUBECONFIG={plane.admin_kubeconfig}")
-        print("up; send SIGINT or SIGTERM to stop", flush=True)
-        while not stop.wait(1.0):
-            pass
+        _serve(stop, plane.admin_kubeconfig)
     finally:
         plane.stop()
         print("testbed: stopped", flush=True)
@@ -81,9 +90,7 @@ def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int
 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stop_on_signals()
     cluster = RealCluster(nodes=nodes, gpus_per_node=gpus, workdir=directory, start_timeout=timeout)
     try:
         cluster.start()
@@ -95,10 +102,7 @@ def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int
         for node in cluster.nodes:
             print(f"node:       {node.name} ({node.gpus} GPUs: {', '.join(node.gpu_ids)}; logs {node.logs})")
         print(f"started in: {cluster.startup_seconds}")
-        print(f"export KUBECONFIG={cluster.plane.admin_kubeconfig}")
-        print("up; send SIGINT or SIGTERM to stop", flush=True)
-        while not stop.wait(1.0):
-            pass
+        _serve(stop, cluster.plane.admin_kubeconfig)
     finally:
         problems = cluster.stop()
         print("testbed: stopped" + ("".join(f"\n  {p}" for p in problems) if problems else ""), flush=True)
