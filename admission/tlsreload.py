@@ -20,7 +20,7 @@ import time
 
 from cryptography import x509
 
-from certs import identity
+from common import identity
 
 log = logging.getLogger("admission.tls")
 

@@ -2,7 +2,7 @@
 
 Decisions come from binder/status.py; this module reads the objects, runs the pipeline and writes the
 results. Reconcile never sleeps or loops: it returns whether the key should come back with backoff, and
-the worker loop (binder/runner.py) does the re-queueing.
+the worker loop (binder/app.py) does the re-queueing.
 """
 
 from __future__ import annotations

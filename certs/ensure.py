@@ -14,8 +14,9 @@ import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from certs import checks, identity, plan
+from certs import checks, plan
 from certs.kube import MUTATING, VALIDATING, CertsApi
+from common import identity
 
 log = logging.getLogger("certs")
 SERVING_SECRET_TYPE = "kubernetes.io/tls"

@@ -20,6 +20,7 @@ from typing import Any
 from common import names
 from common.bindrequest import is_over, selected_gpu_groups
 from common.gpu_request import parse_go_float, parse_go_uint
+from common.objects import meta as _meta
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -60,10 +61,6 @@ class GpuGroup:
 class NodeAllocation:
     node: str
     groups: list[GpuGroup] = field(default_factory=list)
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def pod_groups(pod: Mapping[str, Any]) -> list[str]:

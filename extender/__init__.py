@@ -1,1 +1,1 @@
-"""The scheduler extender (being built): GPU placement for the stock kube-scheduler through the binder."""
+"""The scheduler extender: GPU placement for the stock kube-scheduler, bound through the binder."""

@@ -18,6 +18,7 @@ from typing import Any
 from common.bindrequest import failed_for_good, owner_pod_uid
 from common.kube.cache import Informer
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common.objects import meta as _meta
 from extender.verbs import BindOutcome, StandingBindRequest
 
 log = logging.getLogger("extender.bind")
@@ -43,10 +44,6 @@ class Waiters:
             event = self._events.get(key)
         if event is not None:
             event.set()
-
-
-def _meta(obj: dict[str, Any] | None) -> dict[str, Any]:
-    return (obj or {}).get("metadata") or {}
 
 
 class ApiBindRequests:

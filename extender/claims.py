@@ -25,6 +25,7 @@ from typing import Any
 from common import bindrequest, names
 from common.gpu_request import parse_go_float
 from common.gpugroups import pod_groups, requested_compute_mode, reservation_compute_mode
+from common.objects import meta
 from extender.placement import FULL, MIXED_MODES, InvalidRequest, request_of, to_hundredths, whole_gpus_of
 
 ENDED_PHASES = ("Succeeded", "Failed")
@@ -54,10 +55,6 @@ class PodState:
     uid: str
     node: str | None
     ended: bool
-
-
-def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def member_of(namespace: str, name: str) -> str:

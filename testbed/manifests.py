@@ -8,7 +8,7 @@ with `$patch: delete` or plain map merges) with a `target` of group/version/kind
 kustomize's content hash and every reference follows, unless `disableNameSuffixHash`) and `sortOptions`
 (accepted; the order is the resources' order).
 Any other field is an error, so a kustomization that grows beyond the subset fails loudly instead of
-rendering differently from kubectl; tests/manifests/test_kustomize_parity.py compares it with kustomize itself.
+rendering differently from kubectl; tests/manifests/test_kustomize.py compares it with kustomize itself.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import bindrequest, names
+from common.objects import meta as _meta
 
 FRACTION_PHASES = ("Running", "Pending")
 TERMINAL_BIND_REQUEST_PHASES = (names.PHASE_SUCCEEDED, names.PHASE_FAILED)
@@ -40,10 +41,6 @@ class GroupPods:
         """Fraction pods on a node: Running, or Pending with a node (their containers are starting and will use
         the group's GPU). A Pending pod without a node is being bound and gets the GPU its bind reserves."""
         return self.running + [pod for pod in self.pending if (pod.get("spec") or {}).get("nodeName")]
-
-
-def _meta(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod.get("metadata") or {}
 
 
 def is_live_reservation(pod: dict[str, Any]) -> bool:

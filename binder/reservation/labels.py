@@ -20,6 +20,7 @@ from binder.reservation.groups import (
     stale_group_label_keys,
 )
 from common.kube.client import ApiError, pod_path
+from common.objects import meta as _meta
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
@@ -31,10 +32,6 @@ _ATTEMPTS = 3
 
 class LabelError(Exception):
     """A label could not be written; the message names the pod and why."""
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def _ref(pod: Obj) -> str:

@@ -30,6 +30,7 @@ from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
 from common import gpugroups, names
 from common.kube.client import ApiError, pod_path
+from common.objects import meta as _meta
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
@@ -42,10 +43,6 @@ Obj = dict[str, Any]
 
 class ReservationError(Exception):
     """A reservation step failed; the message names the pod or group and the step."""
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def _ref(obj: Obj) -> str:

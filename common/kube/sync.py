@@ -7,12 +7,21 @@ RBAC rule that is missing, so those are named, together with the informer and th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from common.kube.client import ApiError
 
-if TYPE_CHECKING:
-    from common.kube.cache import Informer
+
+class SyncState(Protocol):
+    """What readiness needs of an informer (common/kube/cache.Informer has it); a Protocol, so this module,
+    which the informer imports, never imports the informer back."""
+
+    name: str
+
+    @property
+    def synced(self) -> bool: ...
+
+    def sync_problem(self) -> str: ...
 
 
 def explain_failure(resource: str, path: str, verb: str, error: ApiError) -> str:
@@ -30,7 +39,7 @@ def explain_failure(resource: str, path: str, verb: str, error: ApiError) -> str
     return f"{detail}: {error}"
 
 
-def unsynced_reason(informers: Iterable[Informer]) -> str:
+def unsynced_reason(informers: Iterable[SyncState]) -> str:
     """The readiness answer while caches are not synced: each waiting informer and why it waits."""
     waiting = [f"{informer.name} ({informer.sync_problem()})" for informer in informers if not informer.synced]
     return "caches not synced: " + ", ".join(waiting)

@@ -11,8 +11,8 @@ import pytest
 
 from admission import tlsreload
 from admission.tlsreload import ReloadingContext
-from certs import identity
 from certs.pki import generate_directory
+from common import identity
 
 NOW = datetime.datetime.now(datetime.UTC)
 
