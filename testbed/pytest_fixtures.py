@@ -1,7 +1,9 @@
 """pytest fixtures for the real-apiserver test bed (enabled by ``tests/conftest.py``).
 
 Session scope: ``control_plane`` (ONE etcd + kube-apiserver per test session), ``kube_admin``,
-``kube_session``, ``garbage_collector``.  Function scope: ``namespace``, ``make_gpu_node``,
+``kube_session``, ``garbage_collector``; ``real_cluster`` (ONE cluster of two real nodes with 4 fake GPUs each and
+a control plane of its own, testbed/realnodes; Linux and root, or the tests using it fail with the reason).
+Function scope: ``namespace``, ``make_gpu_node``,
 ``service_account_client``.  Extra service accounts with static tokens: override the
 ``control_plane_service_accounts`` fixture in a conftest.  Missing binaries make every test that
 uses these fixtures error out (never skip) with a message naming tools/build-k8s.sh.
@@ -48,6 +50,22 @@ def control_plane(control_plane_service_accounts: list[tuple[str, str]]) -> Iter
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[Any]:
+    """Two real nodes (kubelet + containerd + a fake NVIDIA device plugin, 4 GPUs each), kube-proxy, and their own
+    control plane; stopped at the end of the session, which must leave the machine as it was."""
+    from testbed.realnodes.cluster import RealCluster
+
+    timeout = float(os.environ.get("FRACGPU_TESTBED_START_TIMEOUT", "180"))
+    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        problems = cluster.stop()
+        assert not problems, f"the real nodes did not stop cleanly: {problems}"
 
 
 @pytest.fixture(scope="session")

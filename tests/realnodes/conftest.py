@@ -1,11 +1,10 @@
-"""Real nodes for the end-to-end suites: ONE cluster of two kubelets (4 fake GPUs each) per test session, with a
-control plane of its own (the played-node tests' `control_plane` fixture is another one). A machine that cannot
-run real nodes fails these tests with the reason (never skips them).
+"""Our programs on the session's real nodes (`real_cluster`, testbed/pytest_fixtures.py: two kubelets with 4 fake
+GPUs each and a control plane of their own, not the played-node tests' `control_plane`). A machine that cannot run
+real nodes fails these tests with the reason (never skips them).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,18 +15,6 @@ from testbed.realnodes.bed import RealBed, real_bed
 from testbed.realnodes.cluster import RealCluster
 
 pytestmark = pytest.mark.apiserver
-
-
-@pytest.fixture(scope="session")
-def real_cluster() -> Iterator[RealCluster]:
-    timeout = float(os.environ.get("FRACGPU_TESTBED_START_TIMEOUT", "180"))
-    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        problems = cluster.stop()
-        assert not problems, f"the real nodes did not stop cleanly: {problems}"
 
 
 def _bed(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory, mode: str, *flags: Any) -> Iterator[RealBed]:
