@@ -87,3 +87,36 @@ def gpu_groups_spec(groups: Sequence[str], compute_sharing_mode: str = names.COM
     return {"selectedGPUGroups": list(groups),
             "selectedFractionalGpuGroups": [FractionalGpuGroup(group, compute_sharing_mode).to_wire()
                                             for group in groups]}
+
+
+def manifest(pod: Mapping[str, Any], node: str, *, groups: Sequence[str] | None = None, portion: float = 1.0,
+             whole_gpus: int | None = None, compute_sharing_mode: str = names.COMPUTE_TIME_SLICING,
+             typed_groups: bool = True) -> dict[str, Any]:
+    """The BindRequest a scheduler writes for `pod` placed on `node`: named after the pod, owned by it, labelled
+    with the node, `backoffLimit` unset (KAI's binder client).
+
+    `groups`: a Fraction bind on those GPU groups, `portion` of each, written `%.2f` as KAI does; with
+    `typed_groups` also KAI v0.18's typed groups with `compute_sharing_mode` (False: the v0.17 list alone, as an
+    older scheduler writes it). No groups: a Regular bind, with `receivedGPU` only when `whole_gpus` is given
+    (the KAI scheduler leaves it out; our extender writes the count)."""
+    meta = pod.get("metadata") or {}
+    spec: dict[str, Any] = {"podName": meta.get("name"), "selectedNode": node}
+    if groups:
+        spec.update(receivedResourceType=names.RECEIVED_TYPE_FRACTION,
+                    receivedGPU={"count": len(groups), "portion": f"{portion:.2f}"})
+        spec.update(gpu_groups_spec(groups, compute_sharing_mode) if typed_groups
+                    else {"selectedGPUGroups": list(groups)})
+    else:
+        spec["receivedResourceType"] = names.RECEIVED_TYPE_REGULAR
+        if whole_gpus is not None:
+            spec["receivedGPU"] = {"count": whole_gpus, "portion": "1.00" if whole_gpus else "0.00"}
+    return {
+        "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
+        "kind": names.BINDREQUEST_KIND,
+        "metadata": {
+            "name": meta.get("name"), "namespace": meta.get("namespace"),
+            "labels": {names.BINDREQUEST_SELECTED_NODE_LABEL: node},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}],
+        },
+        "spec": spec,
+    }

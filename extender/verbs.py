@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common import names
-from common.bindrequest import gpu_groups_spec
+from common import bindrequest
 from extender.ledger import Ledger, Standing, standing_of, whole_refusal
 from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, placements, request_of, scores
 
@@ -225,26 +224,10 @@ class Verbs:
 
 def bind_request_manifest(pod: dict[str, Any], node: str, request: GpuRequest,
                           groups: dict[str, int] | None) -> dict[str, Any]:
-    """The BindRequest the KAI scheduler writes for this decision (named after the pod, owned by it)."""
-    meta = pod.get("metadata") or {}
-    spec: dict[str, Any] = {"podName": meta.get("name"), "selectedNode": node}
+    """The BindRequest the KAI scheduler writes for this decision (named after the pod, owned by it): both group
+    fields (the typed groups with the pod's compute mode for KAI v0.18, the deprecated list for older binders)."""
     if groups:
         share = next(iter(groups.values()))
-        # Both fields: the typed groups with the pod's compute mode (KAI v0.18), the deprecated list for older binders
-        spec.update(receivedResourceType=names.RECEIVED_TYPE_FRACTION,
-                    receivedGPU={"count": len(groups), "portion": f"{share / FULL:.2f}"},
-                    **gpu_groups_spec(list(groups), request.mode))
-    else:
-        spec.update(receivedResourceType=names.RECEIVED_TYPE_REGULAR,
-                    receivedGPU={"count": request.whole, "portion": "1.00" if request.whole else "0.00"})
-    return {
-        "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
-        "kind": names.BINDREQUEST_KIND,
-        "metadata": {
-            "name": meta.get("name"), "namespace": meta.get("namespace"),
-            "labels": {names.BINDREQUEST_SELECTED_NODE_LABEL: node},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
-                                 "uid": meta.get("uid")}],
-        },
-        "spec": spec,
-    }
+        return bindrequest.manifest(pod, node, groups=list(groups), portion=share / FULL,
+                                    compute_sharing_mode=request.mode)
+    return bindrequest.manifest(pod, node, whole_gpus=request.whole)

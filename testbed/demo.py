@@ -30,6 +30,7 @@ from typing import Any
 import requests
 
 from common import names
+from common.bindrequest import manifest
 from common.kube.client import KubeClient
 from testbed.controlplane import ControlPlane
 from testbed.kube import KubeSession, http_session, wait_for
@@ -267,15 +268,9 @@ class Demo:
                 submitted.append((name, ""))
                 self.wait_bound(session, submitted[-1:])
                 continue
-            bind_request = {
-                "apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
-                "kind": names.BINDREQUEST_KIND,
-                "metadata": {"name": name, "namespace": DEMO_NAMESPACE, "labels": {"selected-node": node},
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
-                                                  "uid": answer.json()["metadata"]["uid"]}]},
-                "spec": {"podName": name, "selectedNode": node, "receivedResourceType": names.RECEIVED_TYPE_FRACTION,
-                         "selectedGPUGroups": [str(uuid.uuid4())], "receivedGPU": {"count": 1, "portion": portion}},
-            }
+            # As the KAI scheduler writes it (v0.17's group list; the binder reads either).
+            bind_request = manifest(answer.json(), node, groups=[str(uuid.uuid4())], portion=float(portion),
+                                    typed_groups=False)
             answer = session.post(BINDREQUESTS, json=bind_request)
             if answer.status_code != 201:
                 raise RuntimeError(f"BindRequest {name}: {answer.text}")

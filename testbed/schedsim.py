@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from common import names
-from common.bindrequest import failed_for_good
+from common.bindrequest import failed_for_good, manifest
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from testbed.kube import BackgroundPoller
 
@@ -25,20 +25,8 @@ log = logging.getLogger("testbed.schedsim")
 
 def bind_request_body(pod: dict[str, Any], node: str, groups: list[str] | None,
                       portion: float | None) -> dict[str, Any]:
-    """The BindRequest KAI writes for `pod` placed on `node` (`groups` None: a Regular, whole-GPU bind)."""
-    meta = pod["metadata"]
-    spec: dict[str, Any] = {"podName": meta["name"], "selectedNode": node,
-                            "receivedResourceType": names.RECEIVED_TYPE_REGULAR}
-    if groups is not None:
-        spec.update(receivedResourceType=names.RECEIVED_TYPE_FRACTION, selectedGPUGroups=groups,
-                    receivedGPU={"count": len(groups), "portion": f"{portion or 1.0:.2f}"})
-    return {"apiVersion": f"{names.BINDREQUEST_GROUP}/{names.BINDREQUEST_VERSION}",
-            "kind": names.BINDREQUEST_KIND,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "labels": {"selected-node": node},
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                              "uid": meta["uid"]}]},
-            "spec": spec}
+    """The BindRequest KAI (v0.17) writes for `pod` placed on `node` (`groups` None: a Regular, whole-GPU bind)."""
+    return manifest(pod, node, groups=groups, portion=portion or 1.0, typed_groups=False)
 
 
 def fraction_of(pod: dict[str, Any]) -> tuple[float, int] | None:
