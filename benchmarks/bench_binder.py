@@ -123,7 +123,7 @@ class Binder:
             [sys.executable, "-m", "binder", "--kubeconfig", str(plane.admin_kubeconfig), "--qps", str(args.qps),
              "--burst", str(args.burst), "--max-concurrent-reconciles", str(args.workers),
              "--fake-gpu-nodes", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0",
-             "--log-level", "warning"],
+             "--client-rate-limit", args.client_rate_limit, "--log-level", "warning"],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=self.log, stderr=subprocess.STDOUT)
 
     def rss_mib(self) -> float:
@@ -131,6 +131,11 @@ class Binder:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the binder has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -149,7 +154,7 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
         times = sorted(watcher.bound.values())
         settled = wait_all_succeeded(client, ns, args.count, timeout=600)
         return {"binds_per_s": (args.count - 1) / (times[-1] - times[0]), "rss_mib": binder.rss_mib(),
-                "bound_s": times[-1] - times[0], "settled_s": settled - times[0]}
+                "bound_s": times[-1] - times[0], "settled_s": settled - times[0], "cpu_s": binder.cpu_s()}
     finally:
         binder.stop()
 
@@ -162,7 +167,7 @@ def wait_all_succeeded(client: KubeClient, ns: str, count: int, timeout: float) 
         items = client.list_all(bindrequest_path(ns)).get("items") or []
         if sum((item.get("status") or {}).get("phase") == "Succeeded" for item in items) >= count:
             return time.monotonic()
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise RuntimeError(f"BindRequests of {ns} not all Succeeded within {timeout}s")
 
 
@@ -213,6 +218,24 @@ class Rows(list):
         print("| " + " | ".join(row) + " |", flush=True)
 
 
+def print_binder_calls(audit_log: Path) -> None:
+    """The binder's API calls (user agent fracgpu-binder) by verb and resource, from the audit log."""
+    import collections
+    import json
+
+    calls: collections.Counter[str] = collections.Counter()
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("stage") != "ResponseComplete" or not event.get("userAgent", "").startswith("fracgpu-binder"):
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        calls[f"{event['verb']} {resource}"] += 1
+    print("\nbinder API calls (audit log):")
+    for call, count in calls.most_common():
+        print(f"  {count:6d}  {call}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=1000)
@@ -223,10 +246,20 @@ def main() -> int:
     parser.add_argument("--rss-pods", type=int, default=10000)
     parser.add_argument("--rss-nodes", type=int, default=1000)
     parser.add_argument("--only", default="backlog,paced,fraction,rss")
+    parser.add_argument("--audit-log", default="", help="write the apiserver's audit log (Metadata level) here and "
+                        "print the binder's API calls by verb and resource")
+    parser.add_argument("--client-rate-limit", choices=("per-resource", "shared"), default="per-resource",
+                        help="the binder's --client-rate-limit")
     args = parser.parse_args()
     only = set(args.only.split(","))
     log = Path(tempfile.mkdtemp(prefix="bench-binder-")) / "binder.log"
-    with ControlPlane(start_timeout=180) as plane:
+    audit_args: list[str] = []
+    if args.audit_log:
+        policy = Path(args.audit_log).with_suffix(".policy.yaml")
+        policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
+        audit_args = [f"--audit-policy-file={policy}", f"--audit-log-path={args.audit_log}",
+                      "--audit-log-format=json", "--audit-log-mode=blocking"]
+    with ControlPlane(start_timeout=180, extra_apiserver_args=audit_args) as plane:
         admin = api_client(plane)
         apply_crds(admin, CRD)
         client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
@@ -241,30 +274,36 @@ def main() -> int:
         if "backlog" in only:
             r = run_backlog(plane, client, args, "bl-regular", nodes, False, log)
             rows.append(("Regular, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['bound_s']:.1f}",
-                         f"{r['settled_s']:.1f}", f"{r['rss_mib']:.0f}"))
+                         f"{r['settled_s']:.1f} (+{r['settled_s'] - r['bound_s']:.1f})", f"{r['rss_mib']:.0f}",
+                         f"{r['cpu_s']:.1f}"))
         if "paced" in only:
             r = run_paced(plane, client, args, "pc-regular", nodes, False, log)
             rows.append((f"Regular, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
-                         f"{r['p99_s'] * 1000:.0f}", "", "", ""))
+                         f"{r['p99_s'] * 1000:.0f}", "", "", "", ""))
         if "fraction" in only:
             player = NodePlayer(client, RSV_NS)
             player.start()
             r = run_backlog(plane, client, args, "bl-fraction", nodes, True, log)
             rows.append(("Fraction, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['bound_s']:.1f}",
-                         f"{r['settled_s']:.1f}", f"{r['rss_mib']:.0f}"))
+                         f"{r['settled_s']:.1f} (+{r['settled_s'] - r['bound_s']:.1f})", f"{r['rss_mib']:.0f}",
+                         f"{r['cpu_s']:.1f}"))
             r = run_paced(plane, client, args, "pc-fraction", nodes, True, log)
             rows.append((f"Fraction, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
-                         f"{r['p99_s'] * 1000:.0f}", "", "", ""))
+                         f"{r['p99_s'] * 1000:.0f}", "", "", "", ""))
         if "rss" in only:
             rss = run_rss(plane, client, args, log)
             rows.append((f"RSS, {args.rss_pods} pods + {args.rss_nodes} nodes cached", "", "", "", "", "",
-                         f"{rss:.0f}"))
-    print(f"\nqps {args.qps:g}, burst {args.burst}, {args.workers} workers, {args.count} BindRequests per run\n")
-    print("| Run | binds/s | p50 ms | p99 ms | all bound after s | all Succeeded after s | RSS MiB |")
-    print("|---|---|---|---|---|---|---|")
+                         f"{rss:.0f}", ""))
+    print(f"\nqps {args.qps:g}, burst {args.burst} ({args.client_rate_limit}), {args.workers} workers, "
+          f"{args.count} BindRequests per run\n")
+    print("| Run | binds/s | p50 ms | p99 ms | all bound after s | all Succeeded after s (after the last bind) "
+          "| RSS MiB | binder CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print(f"\nbinder log: {log}")
+    if args.audit_log:
+        print_binder_calls(Path(args.audit_log))
     return 0
 
 

@@ -72,7 +72,10 @@ class BinderApp:
         self.metrics = metrics or BinderMetrics()
         client.on_response = self.metrics.observe_api
         self.identity = settings.identity or default_identity()
-        client.reserve_background_share(settings.report_qps_share)
+        if settings.client_rate_limit == "per-resource":
+            client.limit_per_resource()  # docs/decisions.md §2.13
+        else:
+            client.reserve_background_share(settings.report_qps_share)
         if settings.leader_elect:
             # No write leaves this process without a valid lease (common/kube/fencing.py).
             client.guard.arm()

@@ -59,6 +59,7 @@ class Settings:
     max_pending_reports: int = 2000
     watch_read_timeout_s: float = 40.0
     report_qps_share: float = 0.25
+    client_rate_limit: str = "per-resource"
     apiserver_request_timeout_s: float = 60.0
     identity: str = ""
     log_format: str = "json"
@@ -145,8 +146,12 @@ def _parser() -> Parser:
     p.add_argument("--max-pending-reports", type=at_least(1, int), default=2000,
                    help="successful binds whose status may wait to be written; workers wait beyond that")
     p.add_argument("--report-qps-share", type=between(0, 1), default=0.25,
-                   help="share of --qps reserved for status, condition and event writes (they also get "
-                        "every token binds leave over)")
+                   help="with --client-rate-limit=shared: share of --qps reserved for status, condition and event "
+                        "writes (they also get every token binds leave over)")
+    p.add_argument("--client-rate-limit", choices=("per-resource", "shared"), default="per-resource",
+                   help="per-resource: --qps/--burst for each API resource, the bind path and the reports each a "
+                        "budget of their own, as the KAI binder's clients have (default); shared: one bucket for "
+                        "every call")
     p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
     add_logging_flags(p, kai_compat=True)
     # Accepted so the reference's deployments start us unchanged.
@@ -213,6 +218,7 @@ def _build(args: argparse.Namespace) -> Settings:
         max_pending_reports=args.max_pending_reports,
         watch_read_timeout_s=args.watch_read_timeout,
         report_qps_share=args.report_qps_share,
+        client_rate_limit=args.client_rate_limit,
         apiserver_request_timeout_s=args.apiserver_request_timeout,
         identity=args.identity,
         log_format=args.log_format,

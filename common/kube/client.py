@@ -19,7 +19,7 @@ import requests
 from common.kube import kubeconfig, retry
 from common.kube.fencing import WRITE_METHODS, WriteGuard
 from common.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
-from common.kube.tokenbucket import TokenBucket
+from common.kube.tokenbucket import ResourceBuckets, TokenBucket
 from common.kube.transport import KeepAliveAdapter
 
 __all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError", "WatchIdle",
@@ -149,6 +149,7 @@ class KubeClient:
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
         self._reserved: TokenBucket | None = None
+        self._per_resource: ResourceBuckets | None = None  # limit_per_resource()
         # Retries within one call (common/kube/retry.py); the lease view has none: it has a deadline.
         self.max_retries = retry.MAX_RETRIES
         self.max_retry_wait_s = retry.MAX_RETRY_AFTER_S  # a longer Retry-After is answered as the error it is
@@ -164,11 +165,20 @@ class KubeClient:
         view.guard = WriteGuard()
         view._spare_tokens_only = False
         view._reserved = None
+        view._per_resource = None
         # A throttled renew is worth one more try a second later (client-go's rest client retries it too), but
         # never a wait that outlasts the renew: two short retries, and none that passes the call's deadline.
         view.max_retries = 2
         view.max_retry_wait_s = 1.0
         return view
+
+    def limit_per_resource(self) -> None:
+        """Give each API resource (pods, configmaps, bindrequests, events, ...) its own `qps` / `burst` bucket, as
+        the KAI binder's clients have (common/kube/tokenbucket.ResourceBuckets); a background() view made after
+        this has buckets of its own, as the reference's second client (status, conditions) and its event
+        recorder do. Call before creating views."""
+        self._per_resource = ResourceBuckets(self.bucket.rate, self.bucket.burst)
+        self._reserved = None
 
     def reserve_background_share(self, share: float) -> None:
         """Give background views `share` of the rate, served in turn with binds; beyond it they take only
@@ -190,9 +200,13 @@ class KubeClient:
 
     def background(self) -> KubeClient:
         """The same client (session, credentials, bucket) for work that may wait for the bind path:
-        its calls use only tokens the bind path leaves over (TokenBucket.acquire_spare)."""
+        its calls use only tokens the bind path leaves over (TokenBucket.acquire_spare). With per-resource
+        limits, a second client's budget instead (its own bucket per resource)."""
         view = copy.copy(self)
-        view._spare_tokens_only = True
+        if self._per_resource is not None:
+            view._per_resource = ResourceBuckets(self.bucket.rate, self.bucket.burst)
+        else:
+            view._spare_tokens_only = True
         return view
 
     # ------------------------------------------------------------------ construction
@@ -228,7 +242,9 @@ class KubeClient:
 
     def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
               timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
-        if self._spare_tokens_only:
+        if self._per_resource is not None:
+            self._per_resource.for_path(path).acquire()
+        elif self._spare_tokens_only:
             self._acquire_background()
         else:
             self.bucket.acquire()

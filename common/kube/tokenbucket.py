@@ -65,3 +65,43 @@ class TokenBucket:
         """
         while (wait := self.try_acquire()) > 0:
             self._sleep(max(wait, 0.001))
+
+
+def resource_key(path: str) -> str:
+    """The API resource a request path names ("pods" for a pod, its binding and its status; "<group>/<resource>"
+    outside the core group), the unit a per-resource rate limit counts in."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis":
+        group, rest = (parts[1] if len(parts) > 1 else ""), parts[3:]
+    else:
+        return parts[0]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        resource = rest[2]
+    else:
+        resource = rest[0] if rest else ""
+    return f"{group}/{resource}" if group else resource
+
+
+class ResourceBuckets:
+    """One TokenBucket per API resource, each with the same `rate` and `burst`.
+
+    It is the budget a client-go / controller-runtime client gives a program: that client builds one REST client
+    per resource kind, each with its own token bucket, so `--qps 200` lets a binder create pods and ConfigMaps
+    at 200/s each. The KAI binder's `--qps` / `--burst` mean this.
+    """
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = float(rate)
+        self.burst = burst
+        self._buckets: dict[str, TokenBucket] = {}
+        self._lock = threading.Lock()
+
+    def for_path(self, path: str) -> TokenBucket:
+        key = resource_key(path)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            with self._lock:
+                bucket = self._buckets.setdefault(key, TokenBucket(self.rate, self.burst))
+        return bucket
