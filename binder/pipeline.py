@@ -20,10 +20,10 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from binder import status as st
-from binder.plugins.base import GPU_IDS, BindContext, BinderPlugin, EventRecorder
+from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
 from common import bindrequest, names
 from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 
@@ -101,8 +101,23 @@ def pod_bound_to(current: dict[str, Any], pod: dict[str, Any], node_name: str) -
     return same_pod and (current.get("spec") or {}).get("nodeName") == node_name
 
 
+class Reservations(Protocol):
+    """What the pipeline asks of the reservation service (binder/reservation/service.py)."""
+
+    def sync_for_node(self, node_name: str) -> None: ...
+
+    def sync_for_gpu_group(self, group: str, fresh: bool = False) -> None: ...
+
+    def reserve_gpu_device(self, pod: dict[str, Any], node_name: str, group: str, compute_mode: str = ...,
+                           annotations: dict[str, str] | None = None) -> str: ...
+
+    def drop_stale_group_labels(self, pod: dict[str, Any], groups: list[str]) -> list[str]: ...
+
+    def remove_pod_gpu_groups_connection(self, pod: dict[str, Any]) -> None: ...
+
+
 class Pipeline:
-    def __init__(self, client: KubeClient, reservation: Any, plugins: Sequence[BinderPlugin],
+    def __init__(self, client: KubeClient, reservation: Reservations, plugins: Sequence[BinderPlugin],
                  record_event: EventRecorder | None = None,
                  observe_reservation: Callable[[float], None] | None = None,
                  apiserver_request_timeout_s: float = 60.0) -> None:
@@ -117,7 +132,7 @@ class Pipeline:
         # The pod is a private copy: reservation labelling updates it in memory, and the cache's copy
         # must only ever change from the watch.
         return BindContext(pod=copy.deepcopy(pod), node=node, bind_request=bind_request, client=self.client,
-                           state={GPU_IDS: []}, record_event=self.record_event)
+                           record_event=self.record_event)
 
     # ------------------------------------------------------------------ bind
     def bind(self, ctx: BindContext) -> None:
@@ -126,11 +141,8 @@ class Pipeline:
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
         for plugin in self.plugins:
-            precheck = getattr(plugin, "precheck", None)
-            if precheck is None:
-                continue
             try:
-                precheck(ctx)
+                plugin.precheck(ctx)
             except Exception as error:  # noqa: BLE001 - PreBind's own message, before any side effect (L6)
                 raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
         try:
@@ -159,7 +171,7 @@ class Pipeline:
                 finally:
                     if self.observe_reservation:
                         self.observe_reservation(time.monotonic() - started)
-            ctx.state[GPU_IDS] = gpu_ids
+            ctx.gpu_ids = gpu_ids
 
         for plugin in self.plugins:
             try:
@@ -182,11 +194,8 @@ class Pipeline:
         """Labels are reconciled to exactly `groups` (M2): an attempt for an earlier placement (cut short by a
         crash, its rollback skipped) may have left others, each keeping a reservation pod alive. Those
         groups are synced right away, so their unused reservation pods go."""
-        drop = getattr(self.reservation, "drop_stale_group_labels", None)
-        if drop is None:
-            return
         try:
-            stale = drop(ctx.pod, groups)
+            stale = self.reservation.drop_stale_group_labels(ctx.pod, groups)
         except Exception as error:  # noqa: BLE001
             raise BindFailure("reservation", str(error)) from error
         for group in stale:

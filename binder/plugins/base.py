@@ -4,10 +4,10 @@ The pipeline (binder/pipeline.py) builds one BindContext per bind attempt and ca
 registry order: `prebind` (stop at the first error), then after the pod is bound `postbind` (never fails the
 bind), or after a failed attempt `rollback` on every plugin. A plugin may also have `precheck(ctx)`: the part
 of its PreBind checks that needs no reserved GPU, run before the pipeline's first side effect (node sync,
-reservation pods); its error fails the attempt exactly as the same error in `prebind` would.
+reservation pods); its error fails the attempt exactly as the same error in `prebind` would. Plugins inherit
+`PluginDefaults` for the steps they have nothing to do in.
 
-Hand-offs between the pipeline and the plugins go through `BindContext.state`, a per-attempt scratch dict.
-Its keys are the constants below; a plugin reads only the keys documented here.
+The pipeline hands the plugins the GPU ids it reserved in `BindContext.gpu_ids`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
-
-# state[GPU_IDS]: list[str] — the GPU id reserved for each group of spec.selectedGPUGroups, in that order.
-# Written by the pipeline from ReservationService.reserve_gpu_device before PreBind; empty for Regular
-# BindRequests. Rollback may run without it (the attempt can fail before reservation).
-GPU_IDS = "gpu_ids"
-
 
 class BindError(Exception):
     """A plugin step failed; the message says which object and which step, and becomes status.reason."""
@@ -35,7 +29,7 @@ class EventRecorder(Protocol):
 
 @dataclass
 class BindContext:
-    """One bind attempt of one BindRequest: the objects as the pipeline read them, and a scratch dict.
+    """One bind attempt of one BindRequest: the objects as the pipeline read them, and what it reserved.
 
     `pod`, `node` and `bind_request` are plain API dicts. Plugins must not write them back to the API server
     whole; they patch what they own. `record_event` is how a plugin tells the pod's owner something that is
@@ -46,7 +40,9 @@ class BindContext:
     node: dict[str, Any]
     bind_request: dict[str, Any]
     client: KubeClient
-    state: dict[str, Any] = field(default_factory=dict)
+    # The GPU id reserved for each of the BindRequest's GPU groups, in their order; written by the pipeline before
+    # PreBind, empty for a Regular bind and when an attempt fails before its reservation (rollback sees that).
+    gpu_ids: list[str] = field(default_factory=list)
     record_event: EventRecorder | None = None
     # Pod annotations PreBind plugins want on the pod before it is bound (KAI v0.18's BindingPodAnnotations): the
     # pipeline merges them into its one pre-bind patch, beside the received type and the NUMA prediction.
@@ -84,9 +80,12 @@ class BindContext:
 
 
 class BinderPlugin(Protocol):
-    """Reference 9.1: name, PreBind, PostBind, Rollback."""
+    """Reference 9.1: name, PreBind, PostBind, Rollback; and our PreCheck."""
 
     name: str
+
+    def precheck(self, ctx: BindContext) -> None:
+        """PreBind's checks that need no reserved GPU, before the attempt's first side effect; raise to fail it."""
 
     def prebind(self, ctx: BindContext) -> None:
         """Runs before the pod is bound; raise (BindError or any Exception) to fail the attempt."""
@@ -97,5 +96,18 @@ class BinderPlugin(Protocol):
     def rollback(self, ctx: BindContext) -> None:
         """Undo what prebind may have done after a failed attempt; raise to report a rollback error.
 
-        Called for every plugin, whichever step failed, possibly without state[GPU_IDS].
+        Called for every plugin, whichever step failed, possibly with no `gpu_ids`.
         """
+
+
+class PluginDefaults:
+    """Nothing to do: what a plugin inherits for the steps it has no part in."""
+
+    def precheck(self, ctx: BindContext) -> None:
+        return None
+
+    def postbind(self, ctx: BindContext) -> None:
+        return None
+
+    def rollback(self, ctx: BindContext) -> None:
+        return None

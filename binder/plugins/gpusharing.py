@@ -13,7 +13,7 @@ import logging
 import math
 from typing import Any
 
-from binder.plugins.base import GPU_IDS, BindContext, BindError
+from binder.plugins.base import BindContext, BindError, PluginDefaults
 from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
 from binder.reservation.groups import MultiFractionError, fraction_device_count
 from common import bindrequest, names
@@ -90,7 +90,7 @@ def capabilities_data(current: dict[str, str], portion: str, devices: str | None
 
 
 # ---------------------------------------------------------------------------------------------- plugin
-class GpuSharingPlugin:
+class GpuSharingPlugin(PluginDefaults):
     name = NAME
 
     def __init__(self, cdi_enabled: bool) -> None:
@@ -125,7 +125,7 @@ class GpuSharingPlugin:
             return
         pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
         portion, ref, capabilities = self._fraction_pod(ctx)
-        gpu_ids = list(ctx.state.get(GPU_IDS) or [])
+        gpu_ids = list(ctx.gpu_ids)
         if not gpu_ids:
             raise BindError(f"no reserved GPU ids for fraction pod {pod_ref}")
         devices = visible_devices_value(gpu_ids, self.cdi_enabled)

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from binder.plugins.base import BindContext, BindError
+from binder.plugins.base import BindContext, BindError, PluginDefaults
 from binder.plugins.gpusharing import is_fraction_bind
 from binder.plugins.sharedcm import set_configmap_keys
 from common import names
@@ -87,7 +87,7 @@ def memory_limit(node: dict[str, Any], received_gpu: Any) -> str | NoLimit:
     return f"{allocated}m"
 
 
-class HamiCorePlugin:
+class HamiCorePlugin(PluginDefaults):
     name = NAME
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

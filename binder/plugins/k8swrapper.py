@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from binder.plugins.base import BindContext, BindError
+from binder.plugins.base import BindContext, BindError, PluginDefaults
 from common.kube.client import ApiError
 
 log = logging.getLogger("binder.plugins.k8s")
@@ -70,7 +70,7 @@ class _Kept:
     stored_at: float
 
 
-class K8sPluginWrapper:
+class K8sPluginWrapper(PluginDefaults):
     """A binder plugin (name/prebind/postbind/rollback) over one or more inner plugins."""
 
     def __init__(self, name: str, inners: Sequence[InnerPlugin],

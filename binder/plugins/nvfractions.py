@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from binder.plugins.base import GPU_IDS, BindContext, BindError
+from binder.plugins.base import BindContext, BindError, PluginDefaults
 from binder.plugins.gpusharing import is_fraction_bind, visible_devices_value
 from common import names
 from common.fraction_request import FractionRequestError, annotation_key, fraction_container_ref
@@ -59,7 +59,7 @@ def memory_request(node: dict[str, Any], received_gpu: Any) -> str:
     return mebibytes_quantity(mib)
 
 
-class NvFractionsPlugin:
+class NvFractionsPlugin(PluginDefaults):
     name = NAME
 
     def __init__(self, cdi_enabled: bool = False) -> None:
@@ -80,7 +80,7 @@ class NvFractionsPlugin:
             except ValueError as error:
                 raise BindError(f"failed to set NvFractions memory annotation: {error}") from error
         ctx.bind_annotations[annotation_key(container, names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX)] = \
-            visible_devices_value(list(ctx.state.get(GPU_IDS) or []), self.cdi_enabled)
+            visible_devices_value(list(ctx.gpu_ids), self.cdi_enabled)
 
     def postbind(self, ctx: BindContext) -> None:
         return None

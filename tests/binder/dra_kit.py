@@ -63,7 +63,7 @@ def context(api: KubeClient, pod: dict[str, Any], *, claim_allocations: list[dic
     if extended is not None:
         spec["extendedResourceClaimAllocation"] = extended
     br = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": spec}
-    return BindContext(pod=pod, node={"metadata": {"name": "node-a"}}, bind_request=br, client=api, state={})
+    return BindContext(pod=pod, node={"metadata": {"name": "node-a"}}, bind_request=br, client=api)
 
 
 def pod_ref(pod: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from binder.plugins.base import GPU_IDS, BindContext
+from binder.plugins.base import BindContext
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
 from testbed.kube import BackgroundPoller, wait_for  # noqa: F401 - wait_for re-exported for the tests
@@ -76,7 +76,7 @@ def fraction_context(api: KubeClient, pod: dict, *, portion: str = "0.50", gpu_i
     if events is not None:
         def recorder(obj: dict, event_type: str, reason: str, message: str) -> None:
             events.append((obj["metadata"]["name"], event_type, reason, message))
-    return BindContext(pod=pod, node=node, bind_request=br, client=api, state={GPU_IDS: gpu_ids},
+    return BindContext(pod=pod, node=node, bind_request=br, client=api, gpu_ids=gpu_ids,
                        record_event=recorder)
 
 

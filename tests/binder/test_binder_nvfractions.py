@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from binder.plugins.base import GPU_IDS, BindContext, BindError
+from binder.plugins.base import BindContext, BindError
 from binder.plugins.nvfractions import NvFractionsPlugin, mebibytes_quantity, memory_request, nvfractions_container
 from binder.plugins.registry import build_plugins
 
@@ -71,7 +71,7 @@ def context(pod_annotations=None, gpu_ids=("GPU-a",), node_obj=None, portion="0.
                              "receivedGPU": {"count": len(gpu_ids), "portion": portion},
                              "selectedGPUGroups": [f"g{i}" for i in range(len(gpu_ids))]}}
     return BindContext(pod=pod, node=node_obj or node(), bind_request=bind_request, client=None,
-                       state={GPU_IDS: list(gpu_ids)})
+                       gpu_ids=list(gpu_ids))
 
 
 def test_prebind_adds_the_devices_and_the_memory_request_to_the_pre_bind_patch():

@@ -91,7 +91,7 @@ def test_failed_discovery_neither_crashes_nor_binds_claims_blindly():
 
     def ctx(pod):
         return BindContext(pod=pod, node={"metadata": {"name": "n"}}, bind_request={"spec": {}},
-                           client=BrokenDiscovery(), state={})  # type: ignore[arg-type]
+                           client=BrokenDiscovery())  # type: ignore[arg-type]
 
     plugin.prebind(ctx({"metadata": {"name": "p2", "namespace": "ns", "uid": "u2"}, "spec": {}}))
     with pytest.raises(BindError, match="cannot tell whether the API server serves resource.k8s.io"):

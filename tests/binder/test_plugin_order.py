@@ -39,12 +39,21 @@ class FakeReservation:
     def remove_pod_gpu_groups_connection(self, pod: dict) -> None:
         return None
 
+    def drop_stale_group_labels(self, pod: dict, groups: list[str]) -> list[str]:
+        return []
+
+    def sync_for_gpu_group(self, group: str, fresh: bool = False) -> None:
+        return None
+
 
 class Recording:
     """Wraps a built plugin and records when its PreBind starts and ends."""
 
     def __init__(self, plugin: Any, journal: list[str]) -> None:
         self.plugin, self.journal, self.name = plugin, journal, plugin.name
+
+    def precheck(self, ctx: BindContext) -> None:
+        self.plugin.precheck(ctx)
 
     def prebind(self, ctx: BindContext) -> None:
         self.journal.append(f"{self.name} start")

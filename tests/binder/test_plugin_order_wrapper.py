@@ -49,8 +49,8 @@ class Inner:
 
 def ctx(uid: str = "uid-1") -> BindContext:
     return BindContext(pod={"metadata": {"name": "p1", "namespace": "ns", "uid": uid}},
-                       node={"metadata": {"name": "node-a"}}, bind_request={"spec": {}}, client=None,  # type: ignore[arg-type]
-                       state={})
+                       node={"metadata": {"name": "node-a"}}, bind_request={"spec": {}},
+                       client=None)  # type: ignore[arg-type]
 
 
 def test_steps_run_in_scheduler_order_and_postbind_uses_the_kept_state():

@@ -8,8 +8,8 @@ import pytest
 
 from binder.reservation.program import (
     ProgramError,
-    discover_gpu_uuid,
     allocated_device,
+    discover_gpu_uuid,
     fake_gpu_uuid,
     is_fake_gpu,
     pod_identity,

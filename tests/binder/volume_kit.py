@@ -29,7 +29,7 @@ def bind_context(api: KubeClient, pod: dict[str, Any], node_obj: dict[str, Any] 
     br = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
           "spec": {"podName": meta["name"], "selectedNode": node_obj["metadata"]["name"],
                    "receivedResourceType": names.RECEIVED_TYPE_REGULAR}}
-    return BindContext(pod=pod, node=node_obj, bind_request=br, client=api, state={})
+    return BindContext(pod=pod, node=node_obj, bind_request=br, client=api)
 
 
 def make_pod(api: KubeClient, namespace: str, name: str, claims: list[str] = (),
