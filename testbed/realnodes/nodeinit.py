@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.realnodes.host import cgroup_pids
+
 CONTAINERD_SOCKET = Path("/run/containerd/containerd.sock")
 
 
@@ -177,14 +179,7 @@ def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
 
 
 def _pids_in(directories: list[str]) -> list[int]:
-    pids: set[int] = set()
-    for directory in directories:
-        for procs in Path(directory).rglob("cgroup.procs"):
-            try:
-                pids.update(int(line) for line in procs.read_text().split())
-            except OSError:
-                continue
-    return sorted(pids)
+    return sorted({pid for directory in directories for pid in cgroup_pids(Path(directory))})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,14 @@ import pytest
 import requests
 import yaml
 
-from testbed.realnodes.host import API_INTERFACE, CGROUP_PARENT, FIXED_PATHS, TOUCHED_SYSCTLS, cgroup_hierarchies
+from testbed.realnodes.host import (
+    API_INTERFACE,
+    CGROUP_PARENT,
+    FIXED_PATHS,
+    NODE_BRIDGE_PREFIX,
+    TOUCHED_SYSCTLS,
+    cgroup_hierarchies,
+)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnodes]
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +41,9 @@ def host_state() -> dict[str, object]:
         sysctls[name] = path.read_text().strip() if path.exists() else None
     return {
         "sysctls": sysctls, "iptables": rules("iptables"), "ip6tables": rules("ip6tables"),
-        "links": subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.count(
-            API_INTERFACE) + subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("fgbr"),
+        "links": [line for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True,
+                                                  text=True).stdout.splitlines()
+                  if API_INTERFACE in line or NODE_BRIDGE_PREFIX in line],
         "cgroups": [str(h / CGROUP_PARENT) for h in cgroup_hierarchies() if (h / CGROUP_PARENT).exists()],
         "paths": {path: Path(path).exists() for path in FIXED_PATHS},
         "mounts": sum(1 for line in Path("/proc/self/mounts").read_text().splitlines()
