@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from binder import status as st
 from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
+from binder.plugins.chain import run_step
 from common import bindrequest, names
 from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 
@@ -140,11 +141,8 @@ class Pipeline:
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
-        for plugin in self.plugins:
-            try:
-                plugin.precheck(ctx)
-            except Exception as error:  # noqa: BLE001 - PreBind's own message, before any side effect (L6)
-                raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
+        for failure in run_step(self.plugins, "precheck", ctx):  # before any side effect (L6)
+            raise BindFailure("prebind", str(failure)) from failure.error
         try:
             self.reservation.sync_for_node(node_name)
         except Exception as error:  # noqa: BLE001 - clean-up of other groups: never fails this bind (M7)
@@ -173,22 +171,16 @@ class Pipeline:
                         self.observe_reservation(time.monotonic() - started)
             ctx.gpu_ids = gpu_ids
 
-        for plugin in self.plugins:
-            try:
-                plugin.prebind(ctx)
-            except Exception as error:  # noqa: BLE001
-                raise BindFailure("prebind", f"plugin {plugin.name} failed in PreBind: {error}") from error
+        for failure in run_step(self.plugins, "prebind", ctx):
+            raise BindFailure("prebind", str(failure)) from failure.error
 
         annotations.update(ctx.bind_annotations)  # what PreBind plugins added
         self._patch_bind_annotations(ctx, annotations)
         self._bind_pod(ctx, node_name, annotations)
         log.info("pod bound", extra=fields)
 
-        for plugin in self.plugins:
-            try:
-                plugin.postbind(ctx)
-            except Exception:  # noqa: BLE001 - PostBind cannot fail a bind that went through
-                log.exception("plugin %s failed in PostBind", plugin.name, extra=fields)
+        for failure in run_step(self.plugins, "postbind", ctx):  # PostBind cannot fail a bind that went through
+            log.error("%s", failure, exc_info=failure.error, extra={**fields, "plugin": failure.plugin})
 
     def _drop_stale_groups(self, ctx: BindContext, groups: list[str]) -> None:
         """Labels are reconciled to exactly `groups` (M2): an attempt for an earlier placement (cut short by a
@@ -287,12 +279,7 @@ class Pipeline:
         if current is not None:
             ctx.pod = current  # label removal must see the labels the server has, not our copy's
 
-        errors: list[str] = []
-        for plugin in self.plugins:
-            try:
-                plugin.rollback(ctx)
-            except Exception as error:  # noqa: BLE001
-                errors.append(f"plugin {plugin.name} failed in Rollback: {error}")
+        errors = [str(failure) for failure in run_step(self.plugins, "rollback", ctx)]
         if errors:
             errors = [f"failed to rollback plugins for pod <{ns}/{name}>: " + "\n".join(errors)]
         if st.is_fraction(ctx.bind_request):

@@ -1,11 +1,11 @@
 """The shape every binder plugin has, and what the bind pipeline hands it.
 
-The pipeline (binder/pipeline.py) builds one BindContext per bind attempt and calls, for each plugin in
-registry order: `prebind` (stop at the first error), then after the pod is bound `postbind` (never fails the
-bind), or after a failed attempt `rollback` on every plugin. A plugin may also have `precheck(ctx)`: the part
-of its PreBind checks that needs no reserved GPU, run before the pipeline's first side effect (node sync,
-reservation pods); its error fails the attempt exactly as the same error in `prebind` would. Plugins inherit
-`PluginDefaults` for the steps they have nothing to do in.
+The pipeline (binder/pipeline.py) builds one BindContext per bind attempt and calls, through
+binder/plugins/chain.py, for each plugin in registry order: `prebind` (stop at the first error), then after
+the pod is bound `postbind` (never fails the bind), or after a failed attempt `rollback` on every plugin. A
+plugin may also have `precheck(ctx)`: the part of its PreBind checks that needs no reserved GPU, run before
+the pipeline's first side effect (node sync, reservation pods); its error fails the attempt exactly as the
+same error in `prebind` would. Plugins inherit `PluginDefaults` for the steps they have nothing to do in.
 
 The pipeline hands the plugins the GPU ids it reserved in `BindContext.gpu_ids`.
 """
