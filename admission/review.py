@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.gotext import go_quote
 from admission.patch import make_patch
 from admission.plugins import AdmissionPlugin, Denied
 from admission.plugins.base import AdmissionRequest
 from admission.podshape import PodDecodeError, check_pod_shape, fill_nulls
+from common.gotext import go_quote
 from common.logs import RateLimit
 
 MAX_BODY_BYTES = 7 * 1024 * 1024

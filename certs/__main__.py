@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
@@ -38,22 +37,16 @@ from common.flags import (
     parse,
     resolve_log_level,
 )
+from common.kube.kubeconfig import own_namespace
 from common.logs import configure_logging
 
-SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULTS = Target()
 log = logging.getLogger("certs")
 
 
 def default_namespace() -> str:
     """POD_NAMESPACE, else the in-cluster service account's namespace, else fracgpu-system."""
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as handle:
-            return handle.read().strip() or DEFAULTS.namespace
-    except OSError:
-        return DEFAULTS.namespace
+    return own_namespace(DEFAULTS.namespace)
 
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,6 @@ names must be a regular container.
 
 from __future__ import annotations
 
-from admission.gotext import parse_uint_error
 from admission.plugins.base import AdmissionRequest, Denied, Pod
 from common import names
 from common.fraction_request import (
@@ -29,6 +28,7 @@ from common.fraction_request import (
     requests_gpu_fraction,
     validate_request,
 )
+from common.gotext import parse_uint_error
 from common.gpu_request import parse_go_uint
 from common.kube_quantity import mebibytes
 

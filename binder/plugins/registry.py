@@ -10,6 +10,7 @@ from binder.plugins import config as cfg
 from binder.plugins.base import BinderPlugin
 from binder.plugins.config import PluginConfigError, PluginsConfig, parse_plugins_flag
 from common import names
+from common.gotext import go_quote
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
@@ -20,25 +21,6 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
-
-
-def go_quote(text: str) -> str:
-    """Go's %q / strconv.Quote for the strings that appear in argument errors."""
-    escapes = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n",
-               "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-    out = []
-    for char in text:
-        if char in escapes:
-            out.append(escapes[char])
-        elif char.isprintable():
-            out.append(char)
-        elif ord(char) < 0x80:
-            out.append(f"\\x{ord(char):02x}")
-        elif ord(char) <= 0xFFFF:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    return '"' + "".join(out) + '"'
 
 
 def _argument(arguments: dict[str, str], name: str) -> str:

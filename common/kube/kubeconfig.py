@@ -63,6 +63,19 @@ class Credentials:
     token_source: Callable[[], str | None] | None = None
 
 
+def own_namespace(fallback: str, environ: Mapping[str, str] | None = None,
+                  directory: Path = SERVICE_ACCOUNT_DIR) -> str:
+    """The namespace this program runs in: POD_NAMESPACE (the downward API), else the in-cluster service
+    account's namespace file, else `fallback` (outside a cluster)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("POD_NAMESPACE"):
+        return environ["POD_NAMESPACE"]
+    try:
+        return (directory / "namespace").read_text().strip() or fallback
+    except OSError:
+        return fallback
+
+
 def load(path: str | None = None, environ: Mapping[str, str] | None = None,
          context: str | None = None) -> Credentials:
     """`path`; with None, the in-cluster service account, then $KUBECONFIG, then ~/.kube/config. A `context`

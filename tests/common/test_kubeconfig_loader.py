@@ -229,3 +229,12 @@ def test_reservation_program_loads_without_the_kubernetes_package(tmp_path):
     # chardet: requests uses it when present, and charset-normalizer (locked) when not, as in the image
     assert pulled_in - {"chardet"} <= locked, pulled_in - locked
     assert {"requests", "urllib3"} <= pulled_in
+
+
+def test_own_namespace_is_pod_namespace_then_the_service_account_file_then_the_fallback(tmp_path):
+    assert kubeconfig.own_namespace("fallback", {"POD_NAMESPACE": "from-env"}, tmp_path) == "from-env"
+    assert kubeconfig.own_namespace("fallback", {}, tmp_path) == "fallback"  # outside a cluster: no file
+    (tmp_path / "namespace").write_text("from-file\n")
+    assert kubeconfig.own_namespace("fallback", {}, tmp_path) == "from-file"
+    (tmp_path / "namespace").write_text("  \n")
+    assert kubeconfig.own_namespace("fallback", {}, tmp_path) == "fallback"

@@ -5,41 +5,24 @@ Nothing here calls the API server; every function takes plain API dicts and answ
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from common import names
+from common.kube_quantity import InvalidQuantity, parse_quantity
 
-_QUANTITY = re.compile(r"(?P<number>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?P<suffix>[a-zA-Z]*|[eE][+-]?[0-9]+)")
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 FILESYSTEM = "Filesystem"
 UNUSABLE_PV_PHASES = ("Released", "Failed")
 
 
-class InvalidQuantity(ValueError):
-    pass
-
-
-def quantity(value: Any) -> Decimal:
-    """The value of a Kubernetes quantity ("10Gi", "500M", "1e3", 42) as an exact Decimal."""
+def quantity(value: Any) -> Fraction:
+    """The value of a storage quantity ("10Gi", "500M", "1e3", 42) as ParseQuantity reads it (exact, then
+    rounded to a whole nano); a JSON number as the decoder gives it."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return Decimal(str(value))
-    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
-    if not match:
+        return Fraction(str(value))
+    if not isinstance(value, str):
         raise InvalidQuantity(f"invalid quantity {value!r}")
-    number, suffix = Decimal(match.group("number")), match.group("suffix")
-    try:
-        if suffix in _BINARY:
-            return number * (Decimal(1024) ** _BINARY[suffix])
-        if suffix in _DECIMAL:
-            return number.scaleb(_DECIMAL[suffix])
-        if suffix[:1] in ("e", "E"):
-            return number.scaleb(int(suffix[1:]))
-    except (InvalidOperation, ValueError):
-        pass
-    raise InvalidQuantity(f"invalid quantity {value!r}")
+    return parse_quantity(value).value
 
 
 # ---------------------------------------------------------------------- selectors
@@ -159,7 +142,7 @@ def best_pv_for_claim(claim: dict[str, Any], pvs: list[dict[str, Any]], node: di
     if not fitting:
         return None
 
-    def rank(pv: dict[str, Any]) -> tuple[bool, Decimal, str]:
+    def rank(pv: dict[str, Any]) -> tuple[bool, Fraction, str]:
         size = quantity(((pv.get("spec") or {}).get("capacity") or {}).get("storage", "0"))
         return (not is_prebound_to(pv, claim), size, pv["metadata"]["name"])
 
