@@ -54,8 +54,8 @@ from faults_kit import Replicas  # noqa: E402
 
 from common import names  # noqa: E402
 from common.kube.cache import EventHandlers, Informer  # noqa: E402
-from common.kube.caches import slim_generic, slim_pod  # noqa: E402
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path  # noqa: E402
+from common.kube.slim import slim_generic, slim_pod  # noqa: E402
 from testbed.controlplane import ControlPlane  # noqa: E402
 from testbed.faults_cp import AUDIT_POLICY, audited_control_plane, read_audit  # noqa: E402
 from testbed.invariants import Scene, check, check_objects  # noqa: E402

@@ -1,14 +1,15 @@
-"""Application wiring: caches → event triggers → work queues → workers, under leader election.
+"""Application wiring and lifecycle: caches, the BindRequest controller and the GPU-group sync, under
+leader election.
 
-Every replica runs the caches and serves probes; only the leader runs workers, the start-up reservation
-GC and the GPU-group syncs that pod and BindRequest events trigger (those syncs delete pods). Event
-handlers only enqueue: the informer threads never wait on the API server.
+Every replica runs the caches (binder/caches.py) and serves probes; only the leader runs the two
+controllers' workers (common/kube/controller.py), the start-up reservation GC, and so the GPU-group syncs
+that delete pods. Each controller registers its own triggers: binder/controller.py for BindRequests,
+binder/groupsync.py for GPU groups. Event handlers only enqueue: informer threads never wait on the API server.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -16,25 +17,23 @@ import uuid
 from typing import Any
 
 from binder import status as st
+from binder.caches import INDEX_GPU_GROUP, Caches
 from binder.controller import BindRequestController
 from binder.events import EventRecorder
+from binder.groupsync import GpuGroupSync
 from binder.leader import LeaderElector
 from binder.metrics import BinderMetrics, allocation_objects
 from binder.pipeline import Pipeline
 from binder.reporter import BackgroundReporter
 from binder.settings import Settings
-from common import bindrequest, names
-from common.kube.cache import EventHandlers, object_key
-from common.kube.caches import INDEX_GPU_GROUP, Caches, pod_gpu_group_index
+from common import names
+from common.kube.cache import object_key
 from common.kube.client import KubeClient
-from common.kube.sync import unsynced_reason
+from common.kube.kubeconfig import own_namespace
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
-from common.logs import log_context
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 
 log = logging.getLogger("binder")
-SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-FINISHED_PHASES = ("Succeeded", "Failed")
 LEADERLESS_LEASES = 3  # readiness fails once no replica held the lease for this many lease durations
 
 
@@ -43,13 +42,7 @@ def default_identity() -> str:
 
 
 def default_lease_namespace() -> str:
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as handle:
-            return handle.read().strip() or names.DEFAULT_NAMESPACE
-    except OSError:
-        return names.DEFAULT_NAMESPACE
+    return own_namespace(names.DEFAULT_NAMESPACE)
 
 
 def build_reservation(client: KubeClient, settings: Settings, caches: Caches, metrics: BinderMetrics) -> Any:
@@ -94,19 +87,12 @@ class BinderApp:
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
+        self.groups = GpuGroupSync(self.reservation, self.caches, self.metrics, settings.scheduler_name,
+                                   self._backoff())
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
-                                                self.record_event, self.reporter, self._success_written,
-                                                self._failure_written)
-        backoff = ExponentialBackoff(settings.rate_limiter_base_delay_s, settings.rate_limiter_max_delay_s)
-        runtime = self.metrics.runtime
-        self.queue = WorkQueue(backoff, on_depth=self.metrics.queue_depth.set,
-                               metrics=runtime.queue(names.BINDREQUEST_CONTROLLER))
-        self.group_queue = WorkQueue(ExponentialBackoff(settings.rate_limiter_base_delay_s,
-                                                        settings.rate_limiter_max_delay_s),
-                                     metrics=runtime.queue(names.GPU_GROUP_SYNC_QUEUE))
-        runtime.watch_in_progress(names.BINDREQUEST_CONTROLLER, self.queue.processing_ages)
-        runtime.watch_in_progress(names.GPU_GROUP_SYNC_QUEUE, self.group_queue.processing_ages)
-        self.reconciles = runtime.controller(names.BINDREQUEST_CONTROLLER, settings.max_concurrent_reconciles)
+                                                self.record_event, self.reporter, self.groups.success_written,
+                                                self.groups.failure_written, backoff=self._backoff(),
+                                                workers=settings.max_concurrent_reconciles)
         self.metrics.allocation.reservation_namespace = settings.reservation.namespace
         self.metrics.allocation.source = self._allocation_objects
         if settings.leader_elect:
@@ -117,145 +103,38 @@ class BinderApp:
         self.stopped = threading.Event()
         self.working = threading.Event()  # set once this process may bind (leader, or no leader election)
         self.lost_lease = False
-        self._register_handlers()
+        self.controller.watch()
+        self.groups.watch()
 
-    # ------------------------------------------------------------------ triggers
-    def _register_handlers(self) -> None:
-        self.caches.bindrequests.add_handlers(EventHandlers(
-            on_add=lambda br: self._enqueue(object_key(br)),
-            on_update=self._on_bindrequest_update,
-            on_delete=self._on_bindrequest_delete,
-        ))
-        self.caches.pods.add_handlers(EventHandlers(on_update=self._on_pod_update, on_delete=self._on_pod_delete))
+    def _backoff(self) -> ExponentialBackoff:
+        return ExponentialBackoff(self.settings.rate_limiter_base_delay_s, self.settings.rate_limiter_max_delay_s)
 
-    def _enqueue(self, key: str) -> None:
-        """Only a process that works queues anything: a standby's queues would keep every key it ever saw
-        (M8); at promotion _start_working replays the cache instead, as controller-runtime does."""
-        if self.working.is_set():
-            self.queue.add(key)
+    @property
+    def queue(self) -> WorkQueue:
+        return self.controller.work.queue
 
-    def _enqueue_group(self, group: str) -> None:
-        if self.working.is_set():
-            self.group_queue.add(group)
-
-    def _on_bindrequest_update(self, old: dict, new: dict) -> None:
-        if st.should_enqueue_update(old, new):
-            self._enqueue(object_key(new))
-
-    def _on_bindrequest_delete(self, bind_request: dict) -> None:
-        """Reference 4.6: the scheduler deleting a Fraction BindRequest frees its groups' reservations."""
-        if st.is_fraction(bind_request):
-            for group in bindrequest.selected_gpu_groups(bind_request):
-                if st.is_group_name(group):
-                    self._enqueue_group(group)
-
-    def _success_written(self, bind_request: dict) -> None:
-        """A success report landed. If the pod already finished or is gone, the group syncs its completion
-        triggered ran while this BindRequest still counted as active and kept the reservation: sync again."""
-        if not st.is_fraction(bind_request):
-            return
-        meta = bind_request.get("metadata") or {}
-        pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
-        if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-            for group in bindrequest.selected_gpu_groups(bind_request):
-                if st.is_group_name(group):
-                    self.group_queue.add(group)
-
-    def _failure_written(self, bind_request: dict) -> None:
-        """A failure is written: the BindRequest no longer keeps the reservation pods its attempt created."""
-        if st.is_fraction(bind_request):
-            for group in bindrequest.selected_gpu_groups(bind_request):
-                if st.is_group_name(group):
-                    self.group_queue.add(group)
-
-    def _relevant(self, pod: dict) -> bool:
-        return (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
-
-    def _on_pod_update(self, old: dict, new: dict) -> None:
-        """Reference 7: a relevant pod completing syncs its groups (multi-device labels included)."""
-        old_phase = (old.get("status") or {}).get("phase")
-        new_phase = (new.get("status") or {}).get("phase")
-        if old_phase != new_phase and new_phase in FINISHED_PHASES and self._relevant(new):
-            for group in pod_gpu_group_index(new):
-                self._enqueue_group(group)
-
-    def _on_pod_delete(self, pod: dict) -> None:
-        if self._relevant(pod):
-            for group in pod_gpu_group_index(pod):
-                self._enqueue_group(group)
-
-    # ------------------------------------------------------------------ workers
-    def _bind_worker(self) -> None:
-        while True:
-            key = self.queue.get()
-            if key is None:
-                return
-            started = time.monotonic()
-            # Every line of this reconcile, down to plugins and the status it reports later, carries the id.
-            reconcile_id = str(uuid.uuid4())
-            try:
-                with log_context(reconcile_id=reconcile_id, bindrequest=key), \
-                        self.metrics.reconcile_seconds.time(), self.reconciles.working():
-                    result = self.controller.reconcile(key)
-                if result.requeue_after is not None:
-                    self.queue.forget(key)
-                    self.queue.add_after(key, result.requeue_after)
-                    outcome = "requeue_after"
-                elif result.retry:
-                    self.queue.add_rate_limited(key)
-                    outcome = "error"  # controller-runtime's name for a reconcile that returned an error
-                else:
-                    self.queue.forget(key)
-                    outcome = "success"
-                self.reconciles.observe(outcome, time.monotonic() - started)
-            except Exception:  # noqa: BLE001 - reconcile reports its own errors; this is the last guard
-                log.exception("reconcile crashed", extra={"bindrequest": key,
-                                                          "fields": {"reconcile_id": reconcile_id}})
-                self.reconciles.observe("error", time.monotonic() - started, panicked=True)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _group_worker(self) -> None:
-        while True:
-            group = self.group_queue.get()
-            if group is None:
-                return
-            try:
-                self.reservation.sync_for_gpu_group(group)
-                self.group_queue.forget(group)
-                self.metrics.group_syncs.labels(outcome="success").inc()
-            except Exception as error:  # noqa: BLE001
-                log.warning("failed to sync reservation of gpu group %s: %s", group, error,
-                            extra={"fields": {"group": group}})
-                self.metrics.group_syncs.labels(outcome="failure").inc()
-                self.group_queue.add_rate_limited(group)
-            finally:
-                self.group_queue.done(group)
+    @property
+    def group_queue(self) -> WorkQueue:
+        return self.groups.work.queue
 
     def _start_working(self) -> None:
-        """Runs once this process may act: start-up GC (never fatal), then the workers, then every
-        BindRequest the cache holds (a standby queued nothing; groups are covered by the start-up GC)."""
+        """Runs once this process may act: the workers, every BindRequest the cache holds, and the start-up
+        GC (never fatal)."""
         self.metrics.leader.set(1)
-        for informer in self.caches.all():
-            # Taking the lease proved the API server answers: informers still backing off from an outage list
-            # and watch now, so the new leader does not work (and wait on reservations) from a blind cache.
-            informer.retry_now()
+        # Taking the lease proved the API server answers: informers still backing off from an outage list and
+        # watch now, so the new leader does not work (and wait on reservations) from a blind cache.
+        self.caches.retry_now()
         if self.settings.leader_elect:
             self.metrics.leader_election.labels(self.settings.leader_election_id).set(1)
         self.working.set()
+        self.groups.work.start("group-worker")
+        self.controller.work.start("bind-worker")
+        # A standby queued nothing: every BindRequest its cache holds now (groups: the start-up GC below).
         for bind_request in self.caches.bindrequests.list():
             if st.needs_binding(bind_request):
-                self.queue.add(object_key(bind_request))
+                self.controller.work.add(object_key(bind_request))
         threading.Thread(target=self._startup_sync, name="startup-sync", daemon=True).start()
-        for i in range(self.settings.max_concurrent_reconciles):
-            thread = threading.Thread(target=self._bind_worker, name=f"bind-worker-{i}", daemon=True)
-            thread.start()
-            self.workers.append(thread)
-        for i in range(2):
-            thread = threading.Thread(target=self._group_worker, name=f"group-worker-{i}", daemon=True)
-            thread.start()
-            self.workers.append(thread)
+        self.workers = self.controller.work.threads + self.groups.work.threads
         log.info("binder workers started", extra={"fields": {"workers": self.settings.max_concurrent_reconciles}})
 
     def _startup_sync(self) -> None:
@@ -280,7 +159,7 @@ class BinderApp:
     # ------------------------------------------------------------------ lifecycle
     def ready(self) -> tuple[bool, str]:
         if not self.caches.synced:
-            return False, unsynced_reason(self.caches.all())
+            return False, self.caches.unsynced_reason()
         if self.settings.leader_elect:
             if self.elector is None or self.lost_lease:
                 return False, "leader election not running"
@@ -338,8 +217,8 @@ class BinderApp:
         After a lost lease nothing is waited for: every write is fenced already, and the process exits at
         once so a new leader owns the work. Returns True when every in-flight bind finished in time.
         """
-        self.queue.shutdown()
-        self.group_queue.shutdown()
+        self.controller.work.shutdown()
+        self.groups.work.shutdown()
         timeout = 0.0 if self.lost_lease else self.settings.shutdown_timeout_s
         budget_end = time.monotonic() + timeout  # the whole drain, reports and events included (L5)
         deadline = threading.Event()

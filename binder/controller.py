@@ -2,7 +2,7 @@
 
 Decisions come from binder/status.py; this module reads the objects, runs the pipeline and writes the
 results. Reconcile never sleeps or loops: it returns whether the key should come back with backoff, and
-the worker loop (binder/app.py) does the re-queueing.
+its queue and workers (common/kube/controller.py) do the re-queueing.
 """
 
 from __future__ import annotations
@@ -15,21 +15,20 @@ from typing import Any
 
 from binder import outcome
 from binder import status as st
+from binder.caches import Caches
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
-from common.kube.caches import Caches
+from binder.settings import Settings
+from common import names
+from common.kube.cache import EventHandlers, object_key
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
+from common.kube.controller import Controller, Result
+from common.kube.workqueue import ExponentialBackoff
+from common.logs import log_context
 
 log = logging.getLogger("binder.controller")
-
-
-@dataclass(frozen=True)
-class Result:
-    retry: bool = False
-    # Come back after this many seconds without counting a failure (an undecided Binding).
-    requeue_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,8 @@ class BindRequestController:
     def __init__(self, client: KubeClient, caches: Caches, pipeline: Pipeline, metrics: BinderMetrics,
                  record_event: Any, reporter: BackgroundReporter | None = None,
                  on_success_written: Callable[[dict[str, Any]], None] | None = None,
-                 on_failure_written: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_failure_written: Callable[[dict[str, Any]], None] | None = None, *,
+                 backoff: ExponentialBackoff | None = None, workers: int = 1) -> None:
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
@@ -80,57 +80,75 @@ class BindRequestController:
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
         self.pod_slots = PodSlots()
+        backoff = backoff or ExponentialBackoff(Settings.rate_limiter_base_delay_s, Settings.rate_limiter_max_delay_s)
+        self.work = Controller(names.BINDREQUEST_CONTROLLER, self._timed_reconcile, backoff, workers,
+                               key_field="bindrequest", runtime=metrics.runtime, on_depth=metrics.queue_depth.set)
+
+    def watch(self) -> None:
+        """A new BindRequest, a changed spec or a reset status is reconciled (binder/status.py decides)."""
+        self.caches.bindrequests.add_handlers(EventHandlers(
+            on_add=lambda bind_request: self.work.add(object_key(bind_request)),
+            on_update=self._on_update))
+
+    def _on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if st.should_enqueue_update(old, new):
+            self.work.add(object_key(new))
+
+    def _timed_reconcile(self, key: str) -> Result:
+        with self.metrics.reconcile_seconds.time():
+            return self.reconcile(key)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: str) -> Result:
         namespace, _, name = key.partition("/")
-        fields = {"namespace": namespace, "bindrequest": name}
-        bind_request = self.caches.bindrequests.get(namespace, name)
-        if bind_request is None:
-            log.debug("BindRequest not found, probably deleted", extra=fields)
-            self._forget(key)
-            return Result()
-        if not st.needs_binding(bind_request):
-            self._forget(key)
-            return Result()
-        spec = st.spec(bind_request)
-        fields.update(pod=spec.get("podName"), node=spec.get("selectedNode"))
-        if st.pod_name_problem(bind_request) is None and not self.pod_slots.acquire(
-                f"{namespace}/{spec['podName']}", key):
-            log.info("another BindRequest is binding this pod; trying again shortly", extra=fields)
-            return Result(requeue_after=POD_BUSY_RETRY_S)
-        try:
-            return self._reconcile(key, bind_request, fields)
-        finally:
-            if key not in self._undecided:  # an undecided Binding may still commit: the pod stays this one's
-                self.pod_slots.release(key)
+        # Every line of this reconcile, down to the plugins and the reports written later, names these.
+        with log_context(namespace=namespace, bindrequest=name):
+            bind_request = self.caches.bindrequests.get(namespace, name)
+            if bind_request is None:
+                log.debug("BindRequest not found, probably deleted")
+                self._forget(key)
+                return Result()
+            if not st.needs_binding(bind_request):
+                self._forget(key)
+                return Result()
+            spec = st.spec(bind_request)
+            with log_context(pod=spec.get("podName"), node=spec.get("selectedNode")):
+                if st.pod_name_problem(bind_request) is None and not self.pod_slots.acquire(
+                        f"{namespace}/{spec['podName']}", key):
+                    log.info("another BindRequest is binding this pod; trying again shortly")
+                    return Result(requeue_after=POD_BUSY_RETRY_S)
+                try:
+                    return self._reconcile(key, bind_request)
+                finally:
+                    if key not in self._undecided:  # an undecided Binding may still commit: the pod stays its
+                        self.pod_slots.release(key)
 
     def _forget(self, key: str) -> None:
         self._first_seen.pop(key, None)
         self._undecided.pop(key, None)
         self.pod_slots.release(key)
 
-    def _reconcile(self, key: str, bind_request: dict[str, Any], fields: dict[str, Any]) -> Result:
+    def _reconcile(self, key: str, bind_request: dict[str, Any]) -> Result:
         self._first_seen.setdefault(key, time.monotonic())
-        log.info("Reconciling BindRequest", extra=fields)
+        log.info("Reconciling BindRequest")
         attempt = Attempt(key, bind_request)
         try:
-            self._attempt(attempt, fields)
+            self._attempt(attempt)
         except (ApiError, FencedError) as error:
             if error.outcome_unknown or error.status == 429 or isinstance(error, FencedError):
                 # A read failed before anything was done (API blip, throttling, no lease): the bind did
                 # not fail, so no attempt is counted; come back with backoff (M5).
-                log.warning("API unavailable before binding; retrying: %s", error, extra=fields)
+                log.warning("API unavailable before binding; retrying: %s", error)
                 self.metrics.retries.inc()
                 return Result(retry=True)
-            log.exception("internal error while binding", extra=fields)
+            log.exception("internal error while binding")
             attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
         except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
-            log.exception("internal error while binding", extra=fields)
+            log.exception("internal error while binding")
             attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
-        return self._report(key, attempt, fields)
+        return self._report(key, attempt)
 
-    def _attempt(self, attempt: Attempt, fields: dict[str, Any]) -> None:
+    def _attempt(self, attempt: Attempt) -> None:
         bind_request = attempt.bind_request
         spec = st.spec(bind_request)
         namespace = bind_request["metadata"]["namespace"]
@@ -158,7 +176,7 @@ class BindRequestController:
             attempt.error = st.already_bound_error(attempt.pod, node_name, bind_request)
             attempt.step = "bound_elsewhere" if attempt.error else "already_bound"
             if not attempt.error:
-                log.info("Pod is already bound to node", extra=fields)
+                log.info("Pod is already bound to node")
             return
         undecided = self._undecided.get(attempt.key)
         if undecided is not None and (undecided.bind_request_uid != st.uid(bind_request)
@@ -166,13 +184,13 @@ class BindRequestController:
             self._undecided.pop(attempt.key, None)  # a new BindRequest or pod under the same name: start afresh
             undecided = None
         if undecided is not None:
-            if not self._decide(attempt, undecided, fields):
+            if not self._decide(attempt, undecided):
                 return
             # Decided: the earlier Binding never took effect, and cannot any more. The API failed, not the bind:
             # bind again now (every step is idempotent), and count nothing (M5).
             self._undecided.pop(attempt.key, None)
             attempt.step, attempt.unknown_message = "", ""
-            log.info("the earlier binding did not take effect (%s); binding again", undecided.message, extra=fields)
+            log.info("the earlier binding did not take effect (%s); binding again", undecided.message)
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
             attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
@@ -186,7 +204,7 @@ class BindRequestController:
                 str(unknown)
         except BindFailure as failure:
             attempt.error, attempt.step = str(failure), failure.step
-            log.warning("bind failed: %s", failure, extra=fields)
+            log.warning("bind failed: %s", failure)
             self.pipeline.rollback(ctx)
             if ctx.found_bound_to:
                 # The pod is bound after all (docs/decisions.md §2.2, §2.3): that is what gets reported (M11).
@@ -199,7 +217,7 @@ class BindRequestController:
             elif transient_cause(failure) is not None:
                 attempt.step = TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
 
-    def _decide(self, attempt: Attempt, undecided: UndecidedBinding, fields: dict[str, Any]) -> bool:
+    def _decide(self, attempt: Attempt, undecided: UndecidedBinding) -> bool:
         """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
 
         Returns True when a read made after the server-side deadline shows that Binding did not take
@@ -216,7 +234,7 @@ class BindRequestController:
             current = self.client.get(pod_path(meta.get("namespace", ""), meta.get("name", "")))
         except ApiError as error:
             if not error.not_found:
-                log.warning("cannot decide the earlier binding yet: %s", error, extra=fields)
+                log.warning("cannot decide the earlier binding yet: %s", error)
                 attempt.decide_after = time.monotonic() + UNDECIDED_RETRY_S
                 return False
             attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
@@ -230,7 +248,7 @@ class BindRequestController:
             attempt.error = st.already_bound_error(current, node_name, attempt.bind_request)
             attempt.step = "bound_elsewhere" if attempt.error else "bound"
             if not attempt.error:
-                log.info("the earlier binding went through after all: the pod is bound", extra=fields)
+                log.info("the earlier binding went through after all: the pod is bound")
             return False
         return True
 
@@ -244,7 +262,7 @@ class BindRequestController:
         return self.client.get_or_none(path)
 
     # ------------------------------------------------------------------ report
-    def _report(self, key: str, attempt: Attempt, fields: dict[str, Any]) -> Result:
+    def _report(self, key: str, attempt: Attempt) -> Result:
         bind_request = attempt.bind_request
         if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
@@ -255,8 +273,7 @@ class BindRequestController:
             return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
         self._undecided.pop(key, None)
         if attempt.step == TRANSIENT:
-            log.warning("attempt cut short by the API server (%s); retrying without counting it", attempt.error,
-                        extra=fields)
+            log.warning("attempt cut short by the API server (%s); retrying without counting it", attempt.error)
             self.metrics.bind_attempts.labels(outcome="transient", reason=TRANSIENT).inc()
             self.metrics.retries.inc()
             return Result(retry=True)
@@ -275,7 +292,7 @@ class BindRequestController:
         if attempt.error is None and self.reporter is not None:
             # Kept and retried by the reporter until written: the key may be forgotten here (H2).
             self.reporter.submit(key, outcome.SuccessReport(
-                self._report_client, bind_request, attempt.pod, pod_report, fields, self.record_event,
+                self._report_client, bind_request, attempt.pod, pod_report, self.record_event,
                 self.caches.bindrequests.store_local, self.on_success_written))
             return Result()
         error = attempt.error
@@ -286,14 +303,14 @@ class BindRequestController:
         # A pod bound to another node is bound: this request failed, the pod did not, and its PodBound condition
         # belongs to whatever bound it (a condition never lies, docs/decisions.md §2.2). The Warning event says why.
         condition_pod = None if attempt.step == "bound_elsewhere" else attempt.pod
-        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, fields, condition_pod)
+        written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, condition_pod)
         if written and attempt.error is not None and self.on_failure_written is not None:
             # No longer an active BindRequest: what its rollback had to keep can go now (L4).
             self.on_failure_written(bind_request)
         retry = decision.retry
         if attempt.error is not None and not written:
             # The failure is not recorded (failedAttempts unchanged): come back, never forget it silently.
-            log.warning("failed attempt not recorded in the BindRequest status; retrying", extra=fields)
+            log.warning("failed attempt not recorded in the BindRequest status; retrying")
             self._first_seen.setdefault(key, time.monotonic())
             retry = True
         if retry:
@@ -301,12 +318,12 @@ class BindRequestController:
         return Result(retry=retry)
 
     def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
-                       pod_report: st.PodReport, fields: dict[str, Any], condition_pod: dict[str, Any] | None) -> bool:
+                       pod_report: st.PodReport, condition_pod: dict[str, Any] | None) -> bool:
         """Write status, condition (on `condition_pod`) and event now; return whether the status is written (or
         was not needed)."""
-        written = outcome.write_status(self.client, bind_request, decide, fields, self.caches.bindrequests.store_local)
+        written = outcome.write_status(self.client, bind_request, decide, self.caches.bindrequests.store_local)
         if condition_pod is not None:
-            outcome.write_condition(self.client, condition_pod, pod_report, fields)
+            outcome.write_condition(self.client, condition_pod, pod_report)
         self.record_event(outcome.event_subject(bind_request, pod), pod_report.event_type, pod_report.reason,
                           pod_report.message)
         return written

@@ -32,7 +32,7 @@ def _gone_or_replaced(error: ApiError) -> bool:
     return error.status in (409, 422) and "uid" in error.message.lower()
 
 
-def write_status(client: KubeClient, bind_request: dict[str, Any], decide: Decide, fields: dict[str, Any],
+def write_status(client: KubeClient, bind_request: dict[str, Any], decide: Decide,
                  store: Callable[[dict[str, Any]], None] | None = None) -> bool:
     """Patch the status `decide(current)` asks for onto exactly this BindRequest (uid + resourceVersion)."""
     current = bind_request
@@ -49,10 +49,10 @@ def write_status(client: KubeClient, bind_request: dict[str, Any], decide: Decid
             updated = client.patch(path, body)
         except ApiError as error:
             if _gone_or_replaced(error):
-                log.info("BindRequest gone or replaced; status %s not written", decision.phase, extra=fields)
+                log.info("BindRequest gone or replaced; status %s not written", decision.phase)
                 return True
             if not error.conflict:
-                log.error("could not update BindRequest status to %s: %s", decision.phase, error, extra=fields)
+                log.error("could not update BindRequest status to %s: %s", decision.phase, error)
                 return False
             try:
                 current = client.get(bindrequest_path(meta.get("namespace"), meta.get("name")))
@@ -67,8 +67,7 @@ def write_status(client: KubeClient, bind_request: dict[str, Any], decide: Decid
     return False
 
 
-def write_condition(client: KubeClient, pod: dict[str, Any], pod_report: st.PodReport,
-                    fields: dict[str, Any]) -> bool:
+def write_condition(client: KubeClient, pod: dict[str, Any], pod_report: st.PodReport) -> bool:
     condition = pod_report.condition((pod.get("status") or {}).get("conditions"), st.now_rfc3339())
     if condition is None:
         return True
@@ -80,7 +79,7 @@ def write_condition(client: KubeClient, pod: dict[str, Any], pod_report: st.PodR
     except ApiError as error:
         if _gone_or_replaced(error):
             return True
-        log.warning("could not set the PodBound condition: %s", error, extra=fields)
+        log.warning("could not set the PodBound condition: %s", error)
         return not (error.outcome_unknown or error.status == 429)
     return True
 
@@ -97,14 +96,13 @@ class SuccessReport:
     """The writes of one successful bind, each done once, retried by the reporter until all are done."""
 
     def __init__(self, client: KubeClient, bind_request: dict[str, Any], pod: dict[str, Any] | None,
-                 pod_report: st.PodReport, fields: dict[str, Any], record_event: Any,
+                 pod_report: st.PodReport, record_event: Any,
                  store: Callable[[dict[str, Any]], None] | None = None,
                  on_written: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.client = client
         self.bind_request = bind_request
         self.pod = pod
         self.pod_report = pod_report
-        self.fields = fields
         self.record_event = record_event
         self.store = store
         self.on_written = on_written
@@ -115,11 +113,11 @@ class SuccessReport:
         # replica that stopped between the two writes would leave a bound pod without its PodBound condition.
         # Before the status, the next leader finds the BindRequest unfinished, the pod bound, and writes both.
         if self.pod is not None and not self.condition_done:
-            if not write_condition(self.client, self.pod, self.pod_report, self.fields):
+            if not write_condition(self.client, self.pod, self.pod_report):
                 return False
             self.condition_done = True
         if not self.status_done:
-            if not write_status(self.client, self.bind_request, st.decide_success, self.fields, self.store):
+            if not write_status(self.client, self.bind_request, st.decide_success, self.store):
                 return False
             self.status_done = True
             if self.on_written is not None:

@@ -16,9 +16,9 @@ from common import names
 from common.buildinfo import BuildInfoCollector
 from common.gpugroups import is_group_label
 from common.kube.cache import EventHandlers, Informer, object_key
-from common.kube.caches import slim_generic, slim_meta
 from common.kube.client import KubeClient, bindrequest_path, pod_path
-from common.kube.sync import unsynced_reason
+from common.kube.informers import InformerSet
+from common.kube.slim import slim_generic, slim_meta
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
 from extender.ledger import Ledger
@@ -92,6 +92,7 @@ class ExtenderApp:
         self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_gpu_pod)
         self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
         self.bind_requests = Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic)
+        self.informers = InformerSet(self.pods, self.nodes, self.bind_requests)
         self._watch_into_ledger()
         self.registry = CollectorRegistry()
         self.metrics = ExtenderMetrics(self.registry)
@@ -148,10 +149,9 @@ class ExtenderApp:
         return self.client.get_or_none(pod_path(namespace, name))
 
     def ready(self) -> tuple[bool, str]:
-        informers = (self.pods, self.nodes, self.bind_requests)
-        if all(informer.synced for informer in informers):
+        if self.informers.synced:
             return True, "ok"
-        return False, unsynced_reason(informers)
+        return False, self.informers.unsynced_reason()
 
     def start(self) -> None:
         for address, routes, name, flag in (
@@ -163,8 +163,7 @@ class ExtenderApp:
                 endpoint = HttpEndpoint(address, routes, name, flag)
                 endpoint.start()
                 self.endpoints.append(endpoint)
-        for informer in (self.pods, self.nodes, self.bind_requests):
-            informer.start()
+        self.informers.start()
         self.server.start()
         self.requeue.start()
         threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
@@ -183,7 +182,6 @@ class ExtenderApp:
         self.stopped.set()
         self.requeue.stop()
         self.server.stop()
-        for informer in (self.pods, self.nodes, self.bind_requests):
-            informer.stop()
+        self.informers.stop()
         for endpoint in self.endpoints:
             endpoint.stop()

@@ -18,8 +18,8 @@ from common import bindrequest, names
 from common.kube.client import ApiError, bindrequest_path, pod_path
 
 if TYPE_CHECKING:
+    from binder.caches import Caches
     from common.kube.cache import Informer
-    from common.kube.caches import Caches
     from common.kube.client import KubeClient
 
 Obj = dict[str, Any]
@@ -170,7 +170,7 @@ class BindRequestConfirmation:
         informer = self.informer
         # Waiting only pays where BindRequests change all the time; a quiet informer would not catch up in time.
         if informer is not None and informer.heard_within(self.wait_s):
-            from common.kube.caches import INDEX_GPU_GROUP
+            from binder.caches import INDEX_GPU_GROUP
 
             asked = informer.clock()
             probe = self.api.client.get(bindrequest_path(), {"limit": "1"})
@@ -222,12 +222,12 @@ class CacheReads:
                 self._waiting[namespace] -= 1
 
     def pods_of_group(self, group: str) -> list[Obj]:
-        from common.kube.caches import INDEX_GPU_GROUP
+        from binder.caches import INDEX_GPU_GROUP
 
         return [pod for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group) if belongs_to_group(pod, group)]
 
     def grouped_pods_on_node(self, node_name: str) -> list[Obj]:
-        from common.kube.caches import INDEX_NODE
+        from binder.caches import INDEX_NODE
 
         return [pod for pod in self.caches.pods.by_index(INDEX_NODE, node_name) if has_group_label(pod)]
 
@@ -238,6 +238,6 @@ class CacheReads:
         return self.caches.pods.list(namespace)
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
-        from common.kube.caches import INDEX_GPU_GROUP
+        from binder.caches import INDEX_GPU_GROUP
 
         return self.caches.bindrequests.by_index(INDEX_GPU_GROUP, group)

@@ -5,7 +5,7 @@ resourceVersion with bookmarks → apply events. A watch that ends is resumed fr
 resourceVersion seen; `410 Gone` (too old) re-lists; connection errors back off exponentially. A re-list
 diffs against the store so handlers still see every add, update and delete.
 
-Objects are plain dicts, slimmed by a per-resource function (common/kube/caches.py: no managedFields, no
+Objects are plain dicts, slimmed by a per-resource function (common/kube/slim.py: no managedFields, no
 node images) so 10,000 pods fit in little memory. Handlers run on the informer thread and must be quick; an exception in
 a handler is logged and never stops the informer.
 """

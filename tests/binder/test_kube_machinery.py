@@ -7,9 +7,11 @@ import time
 
 import pytest
 
+from binder.caches import pod_node_index
+from common.gpugroups import pod_groups
 from common.kube.cache import Informer
-from common.kube.caches import pod_gpu_group_index, pod_node_index, slim_node, slim_pod
 from common.kube.client import ApiError, TokenBucket, TransportError
+from common.kube.slim import slim_node, slim_pod
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
 
 
@@ -117,7 +119,7 @@ def test_informer_relists_on_gone_and_reports_deletes_it_missed():
         [{"type": "ADDED", "object": pod("c", "11", labels={"runai-gpu-group/g": "g"})},
          {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
          {"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
-    ]), "/api/v1/pods", "pods", slim=slim_pod, indexers={"node": pod_node_index, "group": pod_gpu_group_index})
+    ]), "/api/v1/pods", "pods", slim=slim_pod, indexers={"node": pod_node_index, "group": pod_groups})
     from common.kube.cache import EventHandlers
 
     informer.add_handlers(EventHandlers(on_add=lambda o: events.append(("add", o["metadata"]["name"])),

@@ -17,7 +17,7 @@ def test_a_late_success_status_never_lands_on_a_re_created_bind_request(api, nam
     old = bind_request(api, namespace, "sts-0", groups=["g1"])
     api.delete(bindrequest_path(namespace, "sts-0"))
     bind_request(api, namespace, "sts-0", groups=["g2"])
-    assert outcome.write_status(api, old, st.decide_success, {}) is True  # done: nothing left to write
+    assert outcome.write_status(api, old, st.decide_success) is True  # done: nothing left to write
     assert (api.get(bindrequest_path(namespace, "sts-0")).get("status") or {}).get("phase") is None
 
 
@@ -26,7 +26,7 @@ def test_a_late_pod_bound_condition_never_lands_on_a_re_created_pod(api, namespa
     api.delete(pod_path(namespace, "sts-0"), params={"gracePeriodSeconds": "0"})
     plain_pod(api, namespace, "sts-0")
     report = st.report(bind_request={"spec": {"selectedNode": "n1"}}, error=None)
-    assert outcome.write_condition(api, old, report, {}) is True
+    assert outcome.write_condition(api, old, report) is True
     conditions = api.get(pod_path(namespace, "sts-0")).get("status", {}).get("conditions") or []
     assert not [c for c in conditions if c.get("type") == "PodBound"]
 
@@ -35,7 +35,7 @@ def test_success_written_after_a_concurrent_failure_clears_its_reason(api, names
     snapshot = bind_request(api, namespace, "br", groups=["g1"])
     api.patch(bindrequest_path(namespace, "br", "status"),
               {"status": {"phase": "Failed", "reason": "boom", "failedAttempts": 1}})
-    assert outcome.write_status(api, snapshot, st.decide_success, {}) is True
+    assert outcome.write_status(api, snapshot, st.decide_success) is True
     status = api.get(bindrequest_path(namespace, "br"))["status"]
     assert status["phase"] == "Succeeded" and "reason" not in status and status["failedAttempts"] == 1
 
@@ -59,7 +59,7 @@ def test_a_success_report_writes_the_condition_before_the_status(api, namespace,
             return real_patch(path, body, *args, **kwargs)
 
     events: list[tuple] = []
-    report = outcome.SuccessReport(Recording(), br, pod, st.report(br, None), {}, lambda *a: events.append(a))
+    report = outcome.SuccessReport(Recording(), br, pod, st.report(br, None), lambda *a: events.append(a))
     assert report() is False  # the status write failed: tried again later
     assert writes == ["condition", "status"] and events == []
     conditions = api.get(pod_path(namespace, "p"))["status"]["conditions"]

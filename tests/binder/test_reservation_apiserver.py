@@ -296,8 +296,8 @@ def test_with_the_informers_a_shared_gpu_costs_one_list_and_no_watch_of_its_own(
         api, namespace, rsv_namespace, scale_namespace, crds, monkeypatch):
     """The first pod of a group lists, creates and waits on the pod informer; the pods that join it read
     the reservation pod's GPU id from the informer (no API read at all)."""
+    from binder.caches import Caches
     from binder.reservation.lookups import CacheReads
-    from common.kube.caches import Caches
 
     caches = Caches.build(api)
     caches.start()

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from binder.caches import INDEX_GPU_GROUP
 from binder.reservation.lookups import SELECT_AGAIN_AFTER_S, ApiReads, BindRequestConfirmation
+from common.bindrequest import selected_gpu_groups
 from common.kube.cache import Informer
-from common.kube.caches import INDEX_GPU_GROUP, bindrequest_gpu_group_index, slim_generic
 from common.kube.client import ApiError, KubeClient
+from common.kube.slim import slim_generic
 
 PAGE = 500
 
@@ -164,7 +166,7 @@ class CurrentVersion(PagedBindRequests):
 
 def bind_request_informer(version: str, items: list[dict[str, Any]]) -> Informer:
     informer = Informer(None, "/apis/scheduling.run.ai/v1alpha2/bindrequests", "bindrequests",  # type: ignore[arg-type]
-                        slim=slim_generic, indexers={INDEX_GPU_GROUP: bindrequest_gpu_group_index})
+                        slim=slim_generic, indexers={INDEX_GPU_GROUP: selected_gpu_groups})
     informer.client = type("Lists", (), {"list_all": lambda *_a, **_k: {"metadata": {"resourceVersion": version},
                                                                           "items": items}})()
     informer._relist()

@@ -1,0 +1,123 @@
+"""binder/groupsync.py: which events sync which GPU groups, and what a failed sync does."""
+
+from __future__ import annotations
+
+from binder.groupsync import GpuGroupSync, fraction_groups
+from binder.metrics import BinderMetrics
+from common import names
+from common.kube.workqueue import ExponentialBackoff
+
+SCHEDULER = "kai-scheduler"
+
+
+class Informer:
+    def __init__(self, objects: dict[tuple[str, str], dict] | None = None) -> None:
+        self.objects = objects or {}
+        self.handlers = []
+
+    def add_handlers(self, handlers) -> None:
+        self.handlers.append(handlers)
+
+    def get(self, namespace: str, name: str):
+        return self.objects.get((namespace, name))
+
+
+class Caches:
+    def __init__(self, pods: dict | None = None) -> None:
+        self.pods, self.bindrequests = Informer(pods), Informer()
+
+
+class Reservations:
+    def __init__(self, fail: bool = False) -> None:
+        self.synced: list[str] = []
+        self.fail = fail
+
+    def sync_for_gpu_group(self, group: str) -> None:
+        if self.fail:
+            raise RuntimeError("API down")
+        self.synced.append(group)
+
+
+def pod(phase: str, scheduler: str = SCHEDULER, **labels: str) -> dict:
+    return {"metadata": {"namespace": "ns", "name": "p", "labels": labels},
+            "spec": {"schedulerName": scheduler}, "status": {"phase": phase}}
+
+
+def fraction(*groups: str, kind: str = names.RECEIVED_TYPE_FRACTION) -> dict:
+    return {"metadata": {"namespace": "ns", "name": "br"},
+            "spec": {"podName": "p", "receivedResourceType": kind, "selectedGPUGroups": list(groups)}}
+
+
+def started_sync(caches: Caches | None = None, reservations: Reservations | None = None) -> GpuGroupSync:
+    sync = GpuGroupSync(reservations or Reservations(), caches or Caches(), BinderMetrics(), SCHEDULER,
+                        ExponentialBackoff(0.01, 0.05))
+    sync.watch()
+    sync.work._started.set()  # accept keys without worker threads: the test takes them from the queue
+    return sync
+
+
+def queued(sync: GpuGroupSync) -> list[str]:
+    keys = []
+    while (key := sync.work.queue.get(timeout=0.01)) is not None:
+        keys.append(key)
+        sync.work.queue.done(key)
+    return sorted(keys)
+
+
+def test_a_relevant_pod_finishing_or_deleted_syncs_every_group_it_is_in():
+    sync = started_sync()
+    handlers = sync.caches.pods.handlers[0]
+    labels = {names.GPU_GROUP_LABEL: "g1", names.MULTI_GPU_GROUP_LABEL_PREFIX + "g2": "g2"}
+    handlers.on_update(pod("Running", **labels), pod("Succeeded", **labels))
+    assert queued(sync) == ["g1", "g2"]
+    handlers.on_update(pod("Succeeded", **labels), pod("Succeeded", **labels))  # no phase change
+    handlers.on_update(pod("Pending", **labels), pod("Running", **labels))  # not finished
+    handlers.on_update(pod("Running", "default-scheduler", **labels), pod("Failed", "default-scheduler", **labels))
+    assert queued(sync) == []
+    handlers.on_delete(pod("Running", **labels))
+    assert queued(sync) == ["g1", "g2"]
+
+
+def test_a_deleted_fraction_bindrequest_syncs_its_valid_groups_and_a_regular_one_nothing():
+    sync = started_sync()
+    handlers = sync.caches.bindrequests.handlers[0]
+    handlers.on_delete(fraction("g1", "not a label value!"))
+    handlers.on_delete(fraction("g9", kind=names.RECEIVED_TYPE_REGULAR))
+    assert queued(sync) == ["g1"]
+    assert fraction_groups(fraction("g9", kind=names.RECEIVED_TYPE_REGULAR)) == []
+
+
+def test_a_success_written_after_the_pod_finished_syncs_again_and_before_it_does_not():
+    running = started_sync(Caches({("ns", "p"): pod("Running")}))
+    running.success_written(fraction("g1"))
+    assert queued(running) == []
+    finished = started_sync(Caches({("ns", "p"): pod("Succeeded")}))
+    finished.success_written(fraction("g1"))
+    assert queued(finished) == ["g1"]
+    gone = started_sync(Caches())
+    gone.success_written(fraction("g1"))
+    assert queued(gone) == ["g1"]
+    gone.failure_written(fraction("g2"))
+    assert queued(gone) == ["g2"]
+
+
+def test_nothing_is_queued_before_the_sync_is_started():
+    sync = GpuGroupSync(Reservations(), Caches(), BinderMetrics(), SCHEDULER, ExponentialBackoff(0.01, 0.05))
+    sync.watch()
+    sync.failure_written(fraction("g1"))
+    assert queued(sync) == []
+
+
+def test_a_failed_sync_is_counted_and_retried_with_backoff():
+    reservations = Reservations(fail=True)
+    sync = started_sync(reservations=reservations)
+    sync.work.process("g1")
+    metrics = sync.metrics.registry
+    assert metrics.get_sample_value("fracgpu_binder_gpu_group_syncs_total", {"outcome": "failure"}) == 1
+    assert sync.work.queue.num_requeues("g1") == 1
+    reservations.fail = False
+    sync.work.process("g1")
+    assert reservations.synced == ["g1"] and sync.work.queue.num_requeues("g1") == 0
+    assert metrics.get_sample_value("fracgpu_binder_gpu_group_syncs_total", {"outcome": "success"}) == 1
+    assert metrics.get_sample_value("controller_runtime_reconcile_total",
+                                    {"controller": names.GPU_GROUP_SYNC_QUEUE, "result": "error"}) == 1
