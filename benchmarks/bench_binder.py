@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,7 +118,7 @@ def parallel(fn, items, threads: int = 16) -> None:
 
 
 class Binder:
-    def __init__(self, plane: ControlPlane, args: argparse.Namespace, log: Path) -> None:
+    def __init__(self, plane: ControlPlane, args: argparse.Namespace, log: Path, run: str = "") -> None:
         self.log = open(log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "binder", "--kubeconfig", str(plane.admin_kubeconfig), "--qps", str(args.qps),
@@ -125,6 +126,14 @@ class Binder:
              "--fake-gpu-nodes", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0",
              "--client-rate-limit", args.client_rate_limit, "--log-level", "warning"],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=self.log, stderr=subprocess.STDOUT)
+        self.profiler = None
+        if args.profile:
+            # Sampled from outside (py-spy), so the binder runs as in production; collapsed stacks, one per line.
+            output = f"{args.profile}.{run or 'run'}.txt"
+            self.profiler = subprocess.Popen(
+                ["py-spy", "record", "--pid", str(self.proc.pid), "--rate", "100", "--nonblocking", "--gil",
+                 "--format", "raw", "--output", output, "--threads"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -138,6 +147,9 @@ class Binder:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.send_signal(signal.SIGINT)
+            self.profiler.wait(60)
         self.proc.terminate()
         self.proc.wait(60)
 
@@ -148,7 +160,7 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
     parallel(lambda i: client.create(bindrequest_path(ns), br_body(f"p{i}", node_of(nodes, i), fraction, i)),
              range(args.count))
     watcher = BoundWatcher(client, ns)
-    binder = Binder(plane, args, log)
+    binder = Binder(plane, args, log, ns)
     try:
         watcher.wait(args.count, timeout=900)
         times = sorted(watcher.bound.values())
@@ -175,7 +187,7 @@ def run_paced(plane, client, args, ns: str, nodes: list[str], fraction: bool, lo
     create_namespace(client, ns)
     parallel(lambda i: client.create(pod_path(ns), pod_body(f"p{i}", fraction)), range(args.count))
     watcher = BoundWatcher(client, ns)
-    binder = Binder(plane, args, log)
+    binder = Binder(plane, args, log, ns)
     time.sleep(5)  # caches synced and workers started before the clock starts
     created: dict[str, float] = {}
     try:
@@ -248,6 +260,8 @@ def main() -> int:
     parser.add_argument("--only", default="backlog,paced,fraction,rss")
     parser.add_argument("--audit-log", default="", help="write the apiserver's audit log (Metadata level) here and "
                         "print the binder's API calls by verb and resource")
+    parser.add_argument("--profile", default="", help="sample the binder with py-spy during each run and write "
+                        "its collapsed stacks to FILE.<run>.txt")
     parser.add_argument("--client-rate-limit", choices=("per-resource", "shared"), default="per-resource",
                         help="the binder's --client-rate-limit")
     args = parser.parse_args()
