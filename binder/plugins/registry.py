@@ -60,13 +60,13 @@ Builder = Callable[[dict[str, str], dict[str, Any]], BinderPlugin]
 
 
 def _volumebinding(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
-    from binder.plugins.volumebinding import VolumeBindingPlugin
+    from binder.plugins.volumebinding.plugin import VolumeBindingPlugin
 
     return VolumeBindingPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS))
 
 
 def _dynamicresources(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
-    from binder.plugins.dynamicresources import DynamicResourcesPlugin
+    from binder.plugins.dynamicresources.plugin import DynamicResourcesPlugin
 
     # With a client, the plugin asks discovery whether resource.k8s.io is served (off otherwise).
     return DynamicResourcesPlugin(bind_timeout_seconds=int_argument(arguments, cfg.BIND_TIMEOUT_SECONDS),
@@ -74,19 +74,19 @@ def _dynamicresources(arguments: dict[str, str], deps: dict[str, Any]) -> Binder
 
 
 def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
-    from binder.plugins.gpusharing import GpuSharingPlugin
+    from binder.plugins.gpusharing.plugin import GpuSharingPlugin
 
     return GpuSharingPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
 
 
 def _nvfractions(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
-    from binder.plugins.nvfractions import NvFractionsPlugin
+    from binder.plugins.nvfractions.plugin import NvFractionsPlugin
 
     return NvFractionsPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
 
 
 def _hamicore(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
-    from binder.plugins.hamicore import HamiCorePlugin
+    from binder.plugins.hamicore.plugin import HamiCorePlugin
 
     return HamiCorePlugin(registry=deps.get("registry"))
 

@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from binder.plugins.base import BindContext
-from binder.plugins.dynamicresources import claims_path
+from binder.plugins.dynamicresources.plugin import claims_path
 from common import names
 from common.kube.client import KubeClient, pod_path
 

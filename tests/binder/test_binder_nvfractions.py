@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from binder.plugins.base import BindContext, BindError
-from binder.plugins.nvfractions import NvFractionsPlugin, mebibytes_quantity, memory_request, nvfractions_container
+from binder.plugins.nvfractions.plugin import (
+    NvFractionsPlugin,
+    mebibytes_quantity,
+    memory_request,
+    nvfractions_container,
+)
 from binder.plugins.registry import build_plugins
 
 

@@ -21,7 +21,7 @@ from dra_kit import (
 )
 
 from binder.plugins.base import BindError
-from binder.plugins.dynamicresources import DynamicResourcesPlugin, claims_path
+from binder.plugins.dynamicresources.plugin import DynamicResourcesPlugin, claims_path
 from common import names
 from common.kube.client import KubeClient, TransportError, pod_path
 from testbed.controlplane import ControlPlane

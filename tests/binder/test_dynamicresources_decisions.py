@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from binder.plugins import draclaims as dc
 from binder.plugins.base import BindContext, BindError
-from binder.plugins.dynamicresources import DynamicResourcesPlugin
+from binder.plugins.dynamicresources import claims as dc
+from binder.plugins.dynamicresources.plugin import DynamicResourcesPlugin
 from common import names
 
 POD = {"metadata": {"name": "p1", "namespace": "ns", "uid": "u1"},

@@ -7,8 +7,8 @@ from partb_kit import create_pod, fraction_context, fraction_pod_body, get_confi
 from prometheus_client import CollectorRegistry
 
 from binder.plugins.base import BindError
-from binder.plugins.gpusharing import GpuSharingPlugin
-from binder.plugins.hamicore import HamiCorePlugin
+from binder.plugins.gpusharing.plugin import GpuSharingPlugin
+from binder.plugins.hamicore.plugin import HamiCorePlugin
 from common import names
 from common.kube.client import configmap_path, pod_path
 

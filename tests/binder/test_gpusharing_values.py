@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from binder.plugins.gpusharing import (
+from binder.plugins.configmaps import changed_keys, same_owners, takeover_patch
+from binder.plugins.gpusharing.plugin import (
     capabilities_data,
     device_count_problem,
     devices_data,
@@ -12,8 +13,7 @@ from binder.plugins.gpusharing import (
     reads_devices_from_configmap,
     visible_devices_value,
 )
-from binder.plugins.hamicore import NoLimit, memory_limit
-from binder.plugins.sharedcm import changed_keys, same_owners, takeover_patch
+from binder.plugins.hamicore.plugin import NoLimit, memory_limit
 
 
 def test_visible_devices_keep_selected_group_order():

@@ -4,7 +4,7 @@ import gc
 
 from prometheus_client import CollectorRegistry
 
-from binder.plugins.hamicore import limit_skipped_counter
+from binder.plugins.hamicore.plugin import limit_skipped_counter
 
 
 def test_each_new_registry_gets_its_own_counter_even_at_a_reused_address():

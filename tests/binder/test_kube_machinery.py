@@ -168,7 +168,7 @@ def test_slim_node_keeps_labels_and_drops_status():
 def test_slim_pod_keeps_the_resource_claim_statuses_dra_binds_read():
     """dynamicresources resolves a template claim through pod.status.resourceClaimStatuses (reference 9.10);
     the controller hands plugins the cached pod, so the cache must keep it."""
-    from binder.plugins.draclaims import claim_name_for
+    from binder.plugins.dynamicresources.claims import claim_name_for
 
     pod = {"metadata": {"namespace": "ns", "name": "p"},
            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},

@@ -19,9 +19,9 @@ from volume_kit import PvController, make_claim, make_class
 
 from binder.pipeline import Pipeline
 from binder.plugins.base import BindContext
-from binder.plugins.dynamicresources import claims_path
+from binder.plugins.dynamicresources.plugin import claims_path
 from binder.plugins.registry import build_plugins
-from binder.plugins.volumes.apply import claim_path
+from binder.plugins.volumebinding.apply import claim_path
 from common import names
 from common.kube.client import KubeClient, pod_path
 

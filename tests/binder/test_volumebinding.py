@@ -19,8 +19,8 @@ from volume_kit import (
 )
 
 from binder.plugins.base import BindError
-from binder.plugins.volumebinding import VolumeBindingPlugin
-from binder.plugins.volumes.apply import claim_path, pv_path
+from binder.plugins.volumebinding.apply import claim_path, pv_path
+from binder.plugins.volumebinding.plugin import VolumeBindingPlugin
 from common import names
 from common.kube.client import KubeClient
 

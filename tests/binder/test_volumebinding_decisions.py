@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from binder.plugins.volumebinding import PvLedger
-from binder.plugins.volumes import matching
-from binder.plugins.volumes import plan as vp
+from binder.plugins.volumebinding import matching
+from binder.plugins.volumebinding import plan as vp
+from binder.plugins.volumebinding.plugin import PvLedger
 from common import names
 
 NODE = {"metadata": {"name": "node-a", "labels": {"kubernetes.io/hostname": "node-a", "zone": "z1", "gen": "5"}}}
@@ -164,7 +164,7 @@ def bound(name, volume="pv-1"):
 
 def test_wait_follows_the_watch_and_relists_after_an_expired_one():
     from binder.plugins.k8swrapper import Deadline
-    from binder.plugins.volumes.apply import wait_until_bound
+    from binder.plugins.volumebinding.apply import wait_until_bound
 
     asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
     client = ScriptedWatchClient(
@@ -180,7 +180,7 @@ def test_wait_follows_the_watch_and_relists_after_an_expired_one():
 
 def test_wait_fails_as_soon_as_the_provisioner_gives_up():
     from binder.plugins.k8swrapper import Deadline
-    from binder.plugins.volumes.apply import wait_until_bound
+    from binder.plugins.volumebinding.apply import wait_until_bound
 
     asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})
     client = ScriptedWatchClient(listings=[{"metadata": {"resourceVersion": "10"}, "items": [asked]}],
@@ -191,7 +191,7 @@ def test_wait_fails_as_soon_as_the_provisioner_gives_up():
 
 def test_wait_gives_up_at_the_deadline_naming_the_claims_still_unbound():
     from binder.plugins.k8swrapper import Deadline
-    from binder.plugins.volumes.apply import wait_until_bound
+    from binder.plugins.volumebinding.apply import wait_until_bound
 
     now = [0.0]
     asked = claim(annotations={names.SELECTED_NODE_ANNOTATION: "node-a"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from binder.plugins.base import BindContext
-from binder.plugins.volumes.apply import claim_path, pv_path
+from binder.plugins.volumebinding.apply import claim_path, pv_path
 from common import names
 from common.kube.client import ApiError, KubeClient
 from testbed.kube import BackgroundPoller

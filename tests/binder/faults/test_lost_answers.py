@@ -29,7 +29,7 @@ import pytest
 from binder_e2e_kit import make_bind_request, make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
-from binder.plugins.dynamicresources import claims_path
+from binder.plugins.dynamicresources.plugin import claims_path
 from common import names
 from common.kube.client import KubeClient, bindrequest_path, pod_path
 from testbed.faultproxy import HttpFaultProxy

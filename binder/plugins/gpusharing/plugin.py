@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.sharedcm import ConfigMapError, delete_configmap, upsert_owned_configmap
+from binder.plugins.configmaps import ConfigMapError, delete_configmap, upsert_owned_configmap
 from binder.reservation.groups import MultiFractionError, fraction_device_count
 from common import bindrequest, names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
@@ -23,7 +23,7 @@ from common.gpu_request import parse_go_float
 from common.kube.client import ApiError, pod_path
 
 NAME = "gpusharing"
-log = logging.getLogger(__name__)
+log = logging.getLogger("binder.plugins.gpusharing")
 
 
 # ---------------------------------------------------------------------------------------------- decisions

@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from binder.plugins import draclaims as dc
 from binder.plugins.base import BindContext, BindError
+from binder.plugins.dynamicresources import claims as dc
 from binder.plugins.k8swrapper import CycleState, Deadline, K8sPluginWrapper, retry_on_conflict
 from common import names
 from common.kube.client import ApiError, KubeClient, pod_path

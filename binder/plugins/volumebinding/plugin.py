@@ -23,8 +23,8 @@ from typing import Any
 
 from binder.plugins.base import BindContext
 from binder.plugins.k8swrapper import CycleState, Deadline, K8sPluginWrapper
-from binder.plugins.volumes import apply
-from binder.plugins.volumes import plan as vp
+from binder.plugins.volumebinding import apply
+from binder.plugins.volumebinding import plan as vp
 
 NAME = "volumebinding"
 INNER_NAME = "VolumeBinding"

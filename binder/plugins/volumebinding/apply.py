@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from binder.plugins.k8swrapper import Deadline, retry_on_conflict
-from binder.plugins.volumes import plan as vp
+from binder.plugins.volumebinding import plan as vp
 from common import names
 from common.kube.client import ApiError, KubeClient, TransportError
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.gpusharing import is_fraction_bind, visible_devices_value
+from binder.plugins.gpusharing.plugin import is_fraction_bind, visible_devices_value
 from common import names
 from common.fraction_request import FractionRequestError, annotation_key, fraction_container_ref
 from common.gpu_request import parse_go_float

@@ -21,8 +21,8 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.gpusharing import is_fraction_bind
-from binder.plugins.sharedcm import set_configmap_keys
+from binder.plugins.configmaps import set_configmap_keys
+from binder.plugins.gpusharing.plugin import is_fraction_bind
 from common import names
 from common.configmaps import existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
@@ -32,7 +32,7 @@ from common.kube.client import ApiError
 NAME = "hamicore"
 _INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
-log = logging.getLogger(__name__)
+log = logging.getLogger("binder.plugins.hamicore")
 
 # Keyed by the registry itself, weakly: an id() of a registry that was collected is reused by the next one,
 # which then got the dead registry's counter and never showed the metric.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from binder.plugins.volumes import matching
+from binder.plugins.volumebinding import matching
 from common import names
 
 IMMEDIATE_UNBOUND = "pod has unbound immediate PersistentVolumeClaims"

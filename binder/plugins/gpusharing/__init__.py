@@ -1,0 +1,1 @@
+"""gpusharing: fills a fractional pod's GPU-sharing ConfigMaps with the reserved GPU and its portion."""

@@ -1,0 +1,1 @@
+"""nvfractions: the NvFractions memory annotations of a fractional pod (KAI v0.18)."""

@@ -1,0 +1,1 @@
+"""volumebinding: binds and provisions a pod's PersistentVolumeClaims for its node (the scheduler's VolumeBinding)."""

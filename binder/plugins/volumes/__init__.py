@@ -1,1 +1,0 @@
-"""Volume binding for the volumebinding plugin: pure decisions (matching, plan) and the API steps (apply)."""
