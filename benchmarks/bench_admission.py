@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.webhook import AdmissionProcess  # noqa: E402
+from testbed.programs.webhook import AdmissionProcess  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

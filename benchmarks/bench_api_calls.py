@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common.kube.client import KubeClient  # noqa: E402
-from testbed.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"

@@ -9,7 +9,7 @@ Runs `python -m binder` as a child process and measures, from a pod watch in thi
   paced     — BindRequests created at --rate per second against a running binder: latency from the
               BindRequest create call returning to the pod's bind being seen on a watch (p50/p99);
   fraction  — the same two, for Fraction BindRequests (two pods per GPU group), with the test bed's kubelet
-              model (testbed/nodeplayer.py) giving each reservation pod a device of its node and phase Running;
+              model (testbed/players/nodeplayer.py) giving each reservation pod a device of its node and phase Running;
   rss       — binder RSS after its caches hold --rss-pods pods and --rss-nodes nodes.
 Prints a Markdown table for docs/benchmarks.md.
 """
@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from common import names  # noqa: E402
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path  # noqa: E402
-from testbed.controlplane import ControlPlane  # noqa: E402
-from testbed.kube import api_client, apply_crds, create_gpu_node  # noqa: E402
-from testbed.nodeplayer import NodePlayer  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.kube import api_client, apply_crds, create_gpu_node  # noqa: E402
+from testbed.players.nodeplayer import NodePlayer  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 RSV_NS = "kai-resource-reservation"

@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common.kube.client import pod_path  # noqa: E402
-from testbed.controlplane import ControlPlane  # noqa: E402
-from testbed.kube import api_client, apply_crds, gpu_node_manifest, http_session, wait_for  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.kube import api_client, apply_crds, gpu_node_manifest, http_session, wait_for  # noqa: E402
+from testbed.programs.stockscheduler import ExtenderProcess  # noqa: E402
 from testbed.stockbed import running_bed  # noqa: E402
-from testbed.stockscheduler import ExtenderProcess  # noqa: E402
 
 CRD = Path(__file__).resolve().parent.parent / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 

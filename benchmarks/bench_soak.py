@@ -5,18 +5,18 @@ every few minutes, on the test bed's real kube-apiserver and etcd.
                                     [--complete-after 120] [--retire-after 30] [--nodes 100] [--gpus-per-node 0]
                                     [--audit binder]
 
-The scheduler simulator (testbed/schedsim.py) writes a BindRequest per pod at `--rate` a second (a `--fraction-share`
-of them gpu-fraction 0.5 pods, each on a GPU group of its own); the node player (testbed/nodeplayer.py, the kubelet
-model) gives reservation pods devices of their node (`--gpus-per-node`) and those devices' ids. The cluster lives
-as a real one: a pod bound and reported finishes (phase Succeeded) `--complete-after` seconds later, so the
-reservation GC runs all along, and `--retire-after` seconds after that it is deleted with
-its BindRequest and ConfigMaps, as a Job's TTL and the garbage collector would, so the cluster holds about
+The scheduler simulator (testbed/players/schedsim.py) writes a BindRequest per pod at `--rate` a second (a
+`--fraction-share` of them gpu-fraction 0.5 pods, each on a GPU group of its own); the node player
+(testbed/players/nodeplayer.py, the kubelet model) gives reservation pods devices of their node (`--gpus-per-node`) and
+those devices' ids. The cluster lives as a real one: a pod bound and reported finishes (phase Succeeded)
+`--complete-after` seconds later, so the reservation GC runs all along, and `--retire-after` seconds after that it is
+deleted with its BindRequest and ConfigMaps, as a Job's TTL and the garbage collector would, so the cluster holds about
 rate x (complete-after + retire-after) pods. Every `--kill-every` seconds the leader gets SIGKILL (its supervisor
 restarts it, as a standby).
 
 What the benchmark reads costs the API server little: watches (common/kube/cache.py informers) on the workload
 and reservation namespaces, and each replica's /metrics every `--sample-every` seconds (report queue, work queue,
-events dropped). Every pod is checked just before it finishes (testbed/invariants.py check_objects: I1, I2 with
+events dropped). Every pod is checked just before it finishes (testbed/checks/invariants.py check_objects: I1, I2 with
 the PodBound condition, I4 with its ConfigMaps and live reservation pods), since it is deleted later. At the
 end the invariant checker (check) reads what is left, the binder logs (I7) and the audit log of the whole run:
 with `--audit binder` the apiserver logs only the binders' writes and every Binding (I3 no double bind, I6
@@ -56,13 +56,13 @@ from common import names  # noqa: E402
 from common.kube.cache import EventHandlers, Informer  # noqa: E402
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path  # noqa: E402
 from common.kube.slim import slim_generic, slim_pod  # noqa: E402
-from testbed.controlplane import ControlPlane  # noqa: E402
-from testbed.faults_cp import AUDIT_POLICY, audited_control_plane, read_audit  # noqa: E402
-from testbed.invariants import Scene, check, check_objects  # noqa: E402
-from testbed.kube import WaitTimeout, api_client, apply_crds, create_gpu_node, create_namespace, wait_for  # noqa: E402
-from testbed.nodeplayer import NodePlayer  # noqa: E402
-from testbed.procs import free_port  # noqa: E402
-from testbed.schedsim import SchedulerSimulator  # noqa: E402
+from testbed.checks.invariants import Scene, check, check_objects  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.faults import AUDIT_POLICY, audited_control_plane, read_audit  # noqa: E402
+from testbed.cluster.kube import WaitTimeout, api_client, apply_crds, create_gpu_node, create_namespace, wait_for  # noqa: E402
+from testbed.players.nodeplayer import NodePlayer  # noqa: E402
+from testbed.players.schedsim import SchedulerSimulator  # noqa: E402
+from testbed.programs.procs import free_port  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 REPLICA_USERS = ("binder-a", "binder-b")

@@ -1,4 +1,4 @@
-"""What the loopback policy (testbed/loopback_policy.py) adds to a test-bed control-plane start.
+"""What the loopback policy (testbed/cluster/loopback_policy.py) adds to a test-bed control-plane start.
 
     python benchmarks/bench_testbed_start.py [--starts 5]
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
 
 
 class WithoutPolicy(ControlPlane):

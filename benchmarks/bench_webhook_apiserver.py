@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.controlplane import ControlPlane  # noqa: E402
-from testbed.kube import http_session  # noqa: E402
-from testbed.podburst import create_pods  # noqa: E402
-from testbed.procs import group_cpu_seconds  # noqa: E402
-from testbed.webhook import AdmissionProcess  # noqa: E402
-from testbed.webhook_registration import local_webhook_configurations, registered_webhooks  # noqa: E402
+from testbed.cluster.controlplane import ControlPlane  # noqa: E402
+from testbed.cluster.kube import http_session  # noqa: E402
+from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks  # noqa: E402
+from testbed.players.podburst import create_pods  # noqa: E402
+from testbed.programs.procs import group_cpu_seconds  # noqa: E402
+from testbed.programs.webhook import AdmissionProcess  # noqa: E402
 
 SHARED = "runai/shared-gpu-configmap"
 LABELS = {"fracgpu-bench": "yes"}

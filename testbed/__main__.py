@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed.binaries import BinariesMissingError
-from testbed.controlplane import ControlPlane, ControlPlaneError, service_account_username
+from testbed.cluster.binaries import BinariesMissingError
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError, service_account_username
 
 
 def _service_account(text: str) -> tuple[str, str]:

@@ -5,7 +5,7 @@ and the binder as local processes, and submits fractional pods with hamicore on.
 machine allows (Linux, root): two kubelets with containerd and a fake NVIDIA device plugin (testbed/realnodes),
 which run the reservation pods from the project's reservation image and the workloads in containers; the table
 shows what each running container printed about its GPU. `--played-nodes` keeps nodes as API objects instead
-(testbed/nodeplayer.py plays their kubelet: each reservation pod gets a device of its node, and the real
+(testbed/players/nodeplayer.py plays their kubelet: each reservation pod gets a device of its node, and the real
 reservation program, whose NVML stand-in sees that one device, reports its id). Where real nodes cannot start,
 the demo stops and says why; it never falls back on its own. Everything stops on exit or Ctrl-C. Two modes:
 
@@ -32,9 +32,11 @@ import requests
 from common import names
 from common.bindrequest import manifest
 from common.kube.client import KubeClient
-from testbed.controlplane import ControlPlane
-from testbed.kube import KubeSession, http_session, wait_for
-from testbed.local_deploy import (
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import KubeSession, http_session, set_pod_phase, wait_for
+from testbed.cluster.manifests import MANIFESTS, apply, find, render
+from testbed.players.nodeplayer import NodePlayer
+from testbed.programs.local_deploy import (
     RESERVATION,
     SYSTEM,
     Program,
@@ -44,15 +46,13 @@ from testbed.local_deploy import (
     run_certs,
     shipped_args,
 )
-from testbed.manifests import MANIFESTS, apply, find, render
-from testbed.nodeplayer import NodePlayer
-from testbed.procs import free_port
+from testbed.programs.procs import free_port
+from testbed.programs.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
+from testbed.programs.webhook import AdmissionProcess
 from testbed.realnodes.cluster import RealCluster
 from testbed.realnodes.host import RealNodesUnavailable, check_machine
 from testbed.realnodes.images import RESERVATION_IMAGE, WORKLOAD_IMAGE
 from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER
-from testbed.stockscheduler import SCHEDULER_NAME, ExtenderProcess, StockScheduler
-from testbed.webhook import AdmissionProcess
 
 GPU_MEMORY_MIB = 40960
 NODES = ("gpu-node-1", "gpu-node-2")
@@ -205,7 +205,7 @@ class Demo:
         self.children.append(scheduler.start())
 
     def create_nodes(self, session: KubeSession) -> None:
-        from testbed.kube import api_client, create_gpu_node
+        from testbed.cluster.kube import api_client, create_gpu_node
 
         if self.cluster is not None:
             for node in self.cluster.nodes:
@@ -295,7 +295,7 @@ class Demo:
                 say(f"pod {DEMO_NAMESPACE}/{name} placed on {node} by the extender, BindRequest written, bound by "
                     "the binder")
             if self.played_nodes:
-                set_pod_running_raw(session, DEMO_NAMESPACE, name)
+                set_pod_phase(session, DEMO_NAMESPACE, name, "Running")
                 say(f"pod {DEMO_NAMESPACE}/{name} bound; the kubelet's part (phase Running) played")
                 continue
             started = time.monotonic()
@@ -373,14 +373,6 @@ class Demo:
                 say(f"cleaning up the real nodes: {problem}")
         else:
             self.control_plane.stop()
-
-
-def set_pod_running_raw(session: KubeSession, namespace: str, name: str) -> None:
-    """Phase Running through the status subresource (there is no kubelet in the demo)."""
-    answer = session.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-                           json={"status": {"phase": "Running"}},
-                           headers={"Content-Type": "application/merge-patch+json"})
-    answer.raise_for_status()
 
 
 def main(argv: list[str] | None = None) -> int:

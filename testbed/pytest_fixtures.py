@@ -19,8 +19,8 @@ import pytest
 import requests
 from kubernetes import client
 
-from testbed.controlplane import ControlPlane
-from testbed.kube import (
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import (
     api_client,
     create_gpu_node,
     create_namespace,
@@ -106,7 +106,7 @@ def namespace(kube_admin: client.ApiClient) -> Iterator[str]:
 def make_gpu_node(kube_admin: client.ApiClient) -> Iterator[Callable[..., dict[str, Any]]]:
     """Factory: ``make_gpu_node(name=None, gpus=8, gpu_memory_mib=40960, ...)`` -> Node dict.
 
-    Arguments are those of ``testbed.kube.gpu_node_manifest``; nodes are deleted after the test.
+    Arguments are those of ``testbed.cluster.kube.gpu_node_manifest``; nodes are deleted after the test.
     """
     created: list[str] = []
 

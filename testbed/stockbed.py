@@ -1,6 +1,6 @@
 """A whole stock-scheduler installation on the test bed, for tests and benchmarks: a namespace matched by the
 webhook, a reservation namespace, the webhook (`--scheduler-name fracgpu-scheduler`), the binder, the extender
-and the kube-scheduler as child processes, and the node player (no kubelet runs: testbed/nodeplayer.py gives the
+and the kube-scheduler as child processes, and the node player (no kubelet runs: testbed/players/nodeplayer.py gives the
 reservation pods and the bed's whole-GPU pods devices of their node, and rejects a pod that finds too few free).
 Nodes are made with a label that the bed's pods select, so the scheduler never sees another bed's nodes.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 from common import names
 from common.kube.client import ApiError, KubeClient, pod_path
-from testbed.kube import create_gpu_node, create_namespace, delete_namespace, delete_node, wait_for
-from testbed.nodeplayer import NodePlayer
-from testbed.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
-from testbed.webhook import AdmissionProcess
-from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.cluster.kube import create_gpu_node, create_namespace, delete_namespace, delete_node, wait_for
+from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.players.nodeplayer import NodePlayer
+from testbed.programs.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
+from testbed.programs.webhook import AdmissionProcess
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """A stand-in for `pynvml` (nvidia-ml-py) inside the test bed's "containers", which have no GPU.
 
 Put this directory first on PYTHONPATH of a reservation program and set NVIDIA_VISIBLE_DEVICES to the devices the
-kubelet model (testbed/nodeplayer.py) gave its pod: NVML then sees exactly those GPUs, as it does in a container the
-NVIDIA runtime started with them, so the program discovers and reports its GPU by the real code path instead of
-deriving an id of its own. Only what binder/reservation/program.py calls is here.
+kubelet model (testbed/players/nodeplayer.py) gave its pod: NVML then sees exactly those GPUs, as it does in a
+container the NVIDIA runtime started with them, so the program discovers and reports its GPU by the real code path
+instead of deriving an id of its own. Only what binder/reservation/program.py calls is here.
 """
 
 from __future__ import annotations

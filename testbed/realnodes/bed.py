@@ -3,7 +3,7 @@
 `real_bed(cluster, workdir, mode)` runs the webhook, the binder (reservation pods from the project's own
 reservation image, `nvidia` RuntimeClass) and, in `stock` mode, the extender and the stock kube-scheduler, as
 child processes against the cluster; in `kai` mode the test writes BindRequests as the KAI scheduler does
-(testbed/schedsim.py). Nothing plays a kubelet: pods run in containers and report what they see in their logs.
+(testbed/players/schedsim.py). Nothing plays a kubelet: pods run in containers and report what they see in their logs.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import yaml
 
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from testbed.kube import api_client, apply_crds, create_namespace, delete_namespace, http_session, wait_for
+from testbed.cluster.kube import api_client, apply_crds, create_namespace, delete_namespace, http_session, wait_for
+from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.players.schedsim import bind_request_body
+from testbed.programs.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
+from testbed.programs.webhook import AdmissionProcess
 from testbed.realnodes.cluster import RealCluster
 from testbed.realnodes.images import RESERVATION_IMAGE, WORKLOAD_IMAGE
 from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER
-from testbed.schedsim import bind_request_body
-from testbed.stockscheduler import SCHEDULER_NAME, BinderProcess, ExtenderProcess, StockScheduler
-from testbed.webhook import AdmissionProcess
-from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"

@@ -19,8 +19,8 @@ from typing import Any
 import requests
 import yaml
 
-from testbed.controlplane import ControlPlane
-from testbed.procs import free_ports, spawn, terminate
+from testbed.cluster.controlplane import ControlPlane
+from testbed.programs.procs import free_ports, spawn, terminate
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
 from testbed.realnodes.images import Image, build_all
 from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER, RealNode, RealNodeError

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.binaries import BinariesMissingError, binaries_dir, find_binary
+from testbed.cluster.binaries import BinariesMissingError, binaries_dir, find_binary
 
 # The pod network: node i's pods get 10.244.i.0/24 on bridge fgbr<i>; the apiserver and every kubelet listen on
 # API_ADDRESS, an address of this machine on a bridge with no ports (a dummy interface where `dummy` is absent),

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from testbed.procs import free_ports
+from testbed.programs.procs import free_ports
 from testbed.realnodes import deviceplugin
 from testbed.realnodes.host import (
     API_ADDRESS,

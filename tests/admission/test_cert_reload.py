@@ -9,7 +9,7 @@ import requests
 from cryptography import x509
 
 from certs.pki import generate_directory
-from testbed.webhook import AdmissionProcess
+from testbed.programs.webhook import AdmissionProcess
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
           "request": {"uid": "r", "operation": "CREATE", "namespace": "ns",

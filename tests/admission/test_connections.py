@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from testbed.webhook import AdmissionProcess
+from testbed.programs.webhook import AdmissionProcess
 
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
           "request": {"uid": "r", "operation": "CREATE", "namespace": "ns",
@@ -85,7 +85,7 @@ def test_a_few_silent_connections_hold_nothing(tmp_path):
 def test_silent_and_slow_connections_do_not_delay_real_reviews(tmp_path):
     with AdmissionProcess(tmp_path, ["--log-level", "warning"]) as webhook:
         pressure = subprocess.Popen(
-            [sys.executable, "-m", "testbed.slowclients", "--port", str(webhook.port), "--silent", "500",
+            [sys.executable, "-m", "testbed.players.slowclients", "--port", str(webhook.port), "--silent", "500",
              "--slow", "500", "--duration", "25"], stdout=subprocess.PIPE, text=True)
         try:
             ready = json.loads(pressure.stdout.readline())

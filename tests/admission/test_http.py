@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 import requests
 
-from testbed.webhook import AdmissionProcess
+from testbed.programs.webhook import AdmissionProcess
 
 
 @pytest.fixture(scope="module")

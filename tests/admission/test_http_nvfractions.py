@@ -9,7 +9,7 @@ import jsonpatch
 import pytest
 import requests
 
-from testbed.webhook import AdmissionProcess
+from testbed.programs.webhook import AdmissionProcess
 
 BINDER = "system:serviceaccount:gpu-sharing:fracgpu-binder"
 DEVICES = "nvidia.com/container.main.gpus.devices"

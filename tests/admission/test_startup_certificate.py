@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from certs.pki import generate_directory
-from testbed.procs import free_ports
+from testbed.programs.procs import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import requests
 
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from testbed.kube import (
+from testbed.cluster.kube import (
     apply_crds,
     create_gpu_node,
     create_namespace,
@@ -28,11 +28,11 @@ from testbed.kube import (
     http_session,
     wait_for,
 )
-from testbed.local_deploy import Program
-from testbed.nodeplayer import NodePlayer
-from testbed.procs import free_port
-from testbed.webhook import AdmissionProcess
-from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.players.nodeplayer import NodePlayer
+from testbed.programs.local_deploy import Program
+from testbed.programs.procs import free_port
+from testbed.programs.webhook import AdmissionProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"

@@ -19,9 +19,9 @@ from certs import webhooks
 from certs.checks import load_certificates
 from certs.ensure import served_certificate
 from certs.kube import MUTATING, VALIDATING
-from testbed.kube import http_session
-from testbed.manifests import MANIFESTS, apply, render
-from testbed.webhook import AdmissionProcess
+from testbed.cluster.kube import http_session
+from testbed.cluster.manifests import MANIFESTS, apply, render
+from testbed.programs.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 

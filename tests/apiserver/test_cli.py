@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from testbed.binaries import REPO_ROOT
+from testbed.cluster.binaries import REPO_ROOT
 
 
 def _read_until_up(proc: subprocess.Popen[str], timeout: float) -> list[str]:

@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testbed.binaries import BinariesMissingError
-from testbed.controlplane import ControlPlane, ControlPlaneError
-from testbed.kube import (
+from testbed.cluster.binaries import BinariesMissingError
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError
+from testbed.cluster.kube import (
     GPU_MEMORY_LABEL,
     GPU_RESOURCE,
     apply_crds,

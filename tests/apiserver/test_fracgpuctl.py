@@ -12,7 +12,7 @@ from observed_stack import fraction_pod
 
 from common import names
 from common.kube.client import pod_path
-from testbed.kube import create_gpu_node, create_namespace, delete_namespace, delete_node
+from testbed.cluster.kube import create_gpu_node, create_namespace, delete_namespace, delete_node
 
 pytestmark = pytest.mark.apiserver
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

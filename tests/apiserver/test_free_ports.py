@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from testbed import procs
-from testbed.procs import _ephemeral_range, free_ports
+from testbed.programs import procs
+from testbed.programs.procs import _ephemeral_range, free_ports
 
 
 def test_ports_lie_outside_the_kernels_ephemeral_range_so_no_outgoing_connection_takes_one():

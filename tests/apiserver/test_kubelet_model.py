@@ -1,5 +1,5 @@
-"""The test bed's kubelet model (testbed/devices.py, testbed/nodeplayer.py): nvidia.com/gpu devices per node,
-admission that turns away a pod asking for more than is free, devices freed when a pod ends or goes, and an
+"""The test bed's kubelet model (testbed/players/devices.py, testbed/players/nodeplayer.py): nvidia.com/gpu devices per
+node, admission that turns away a pod asking for more than is free, devices freed when a pod ends or goes, and an
 allocation a restarted player keeps. The first tests are the pure allocation logic; the rest play real pods on
 the test bed's kube-apiserver."""
 
@@ -12,7 +12,8 @@ import pytest
 
 from common import names
 from common.kube.client import KubeClient, pod_path
-from testbed.devices import (
+from testbed.cluster.kube import create_namespace, delete_namespace, unique_name, wait_for
+from testbed.players.devices import (
     DEVICES_ANNOTATION,
     GPU_RESOURCE,
     REJECT_REASON,
@@ -24,8 +25,7 @@ from testbed.devices import (
     recorded_devices,
     rejection_message,
 )
-from testbed.kube import create_namespace, delete_namespace, unique_name, wait_for
-from testbed.nodeplayer import NodePlayer
+from testbed.players.nodeplayer import NodePlayer
 
 
 # ---------------------------------------------------------------------- the allocation logic (no apiserver)

@@ -1,8 +1,8 @@
 """The whole lifecycle with a real `helm` on a private test-bed API server: install, rolling upgrade, uninstall.
 
-Pods of the KAI scheduler are created all the way through (testbed.lifecycle.PodTraffic). The test bed plays the
-kubelet, the Job controller and the Service (testbed/lifecycle.py): the certs Job and the webhook pods run as local
-processes, and the webhooks are registered with a loopback URL. It shows that
+Pods of the KAI scheduler are created all the way through (testbed.programs.lifecycle.PodTraffic). The test bed plays
+the kubelet, the Job controller and the Service (testbed/programs/lifecycle.py): the certs Job and the webhook pods run
+as local processes, and the webhooks are registered with a loopback URL. It shows that
 
 * no pod is ever refused except by validation: not before the certificate exists, not while the webhook pods
   start, not during the rolling upgrade, not during the uninstall;
@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from testbed.charttools import CHART, documents, run
-from testbed.controlplane import ControlPlane
-from testbed.kube import http_session, wait_for
-from testbed.lifecycle import PodTraffic, ServiceRoute, complete_job, run_job
-from testbed.local_deploy import ROOT, certs_job, shipped_args
-from testbed.manifests import object_path
-from testbed.webhook import AdmissionProcess
+from testbed.cluster.charttools import CHART, documents, run
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import http_session, wait_for
+from testbed.cluster.manifests import object_path
+from testbed.programs.lifecycle import PodTraffic, ServiceRoute, complete_job, run_job
+from testbed.programs.local_deploy import ROOT, certs_job, shipped_args
+from testbed.programs.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 

@@ -1,5 +1,5 @@
 """The test bed never calls out: webhook configurations naming a Service, or a URL off this machine, are refused
-by the ValidatingAdmissionPolicy every control plane installs at start (testbed/loopback_policy.py)."""
+by the ValidatingAdmissionPolicy every control plane installs at start (testbed/cluster/loopback_policy.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 from certs import webhooks
 from certs.kube import MUTATING, VALIDATING
-from testbed import loopback_policy
-from testbed.controlplane import ControlPlane
-from testbed.kube import http_session
-from testbed.manifests import MANIFESTS, WEBHOOK_KINDS, apply, render
-from testbed.webhook_registration import UNSERVED_URL, on_loopback
+from testbed.cluster import loopback_policy
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import http_session
+from testbed.cluster.manifests import MANIFESTS, WEBHOOK_KINDS, apply, render
+from testbed.cluster.webhook_registration import UNSERVED_URL, on_loopback
 
 pytestmark = pytest.mark.apiserver
 COLLECTIONS = {kind: f"{loopback_policy.API}/{kind.lower()}s" for kind in WEBHOOK_KINDS}
@@ -42,7 +42,7 @@ def test_shipped_configuration_applied_as_it_is_is_refused_with_the_rewrite_name
     message = answer.json()["message"]
     assert "the test bed never calls out" in message
     assert "names Service fracgpu-system/fracgpu-admission" in message
-    assert "testbed.webhook_registration.on_loopback()" in message
+    assert "testbed.cluster.webhook_registration.on_loopback()" in message
     assert kube_session.get(f"{COLLECTIONS[kind]}/{document['metadata']['name']}").status_code == 404
 
 

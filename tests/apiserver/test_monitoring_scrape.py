@@ -12,7 +12,7 @@ from observed_stack import fraction_pod
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.kube.client import ApiError, pod_path
-from testbed.monitoring import dashboard_queries, exported_names, metric_names, rule_queries
+from testbed.cluster.monitoring import dashboard_queries, exported_names, metric_names, rule_queries
 
 pytestmark = pytest.mark.apiserver
 

@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.binaries import REPO_ROOT
+from testbed.cluster.binaries import REPO_ROOT
 
 STARTER = """
 import sys, time
 from pathlib import Path
-from testbed.procs import spawn
+from testbed.programs.procs import spawn
 child = spawn(["sleep", "300"], Path(sys.argv[1]) / "sleep.log", Path(sys.argv[1]))
 print(child.pid, flush=True)
 time.sleep(300)

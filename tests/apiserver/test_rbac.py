@@ -30,8 +30,9 @@ import pytest
 import requests
 
 from common import names
-from testbed.kube import api_client, http_session, set_pod_running, wait_for
-from testbed.local_deploy import (
+from testbed.cluster.kube import api_client, http_session, set_pod_running, wait_for
+from testbed.cluster.manifests import MANIFESTS, apply, render
+from testbed.programs.local_deploy import (
     RESERVATION,
     SYSTEM,
     WEBHOOKS,
@@ -43,9 +44,8 @@ from testbed.local_deploy import (
     service_account_user,
     shipped_args,
 )
-from testbed.manifests import MANIFESTS, apply, render
-from testbed.procs import free_port
-from testbed.webhook import AdmissionProcess
+from testbed.programs.procs import free_port
+from testbed.programs.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 

@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
-from testbed.podburst import create_pods
-from testbed.webhook import AdmissionProcess
-from testbed.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks
+from testbed.players.podburst import create_pods
+from testbed.programs.webhook import AdmissionProcess
 
 pytestmark = pytest.mark.apiserver
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from common.kube.client import KubeClient
-from testbed.kube import apply_crds, create_namespace, delete_namespace
+from testbed.cluster.kube import apply_crds, create_namespace, delete_namespace
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 

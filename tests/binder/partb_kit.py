@@ -8,7 +8,7 @@ from typing import Any
 from binder.plugins.base import BindContext
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
-from testbed.kube import BackgroundPoller, wait_for  # noqa: F401 - wait_for re-exported for the tests
+from testbed.cluster.kube import BackgroundPoller, wait_for  # noqa: F401 - wait_for re-exported for the tests
 
 
 def fraction_pod_body(name: str, *, prefix: str | None = "job-abc1234-shared-gpu", devices_from_cm: bool = True,

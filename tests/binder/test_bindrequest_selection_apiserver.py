@@ -10,7 +10,7 @@ from partb_kit import bind_request
 
 from binder.reservation.lookups import ACTIVE_BIND_REQUESTS, ApiReads
 from common.kube.client import ApiError
-from testbed.kube import apply_crds
+from testbed.cluster.kube import apply_crds
 
 pytestmark = pytest.mark.apiserver
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.kube.client import ApiError, bindrequest_path
-from testbed.kube import apply_crds
+from testbed.cluster.kube import apply_crds
 
 pytestmark = pytest.mark.apiserver
 

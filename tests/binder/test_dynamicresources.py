@@ -24,7 +24,7 @@ from binder.plugins.base import BindError
 from binder.plugins.dynamicresources.plugin import DynamicResourcesPlugin, claims_path
 from common import names
 from common.kube.client import KubeClient, TransportError, pod_path
-from testbed.controlplane import ControlPlane
+from testbed.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

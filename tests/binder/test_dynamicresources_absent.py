@@ -13,7 +13,7 @@ from binder.pipeline import Pipeline
 from binder.plugins.registry import build_plugins
 from common import names
 from common.kube.client import KubeClient, pod_path
-from testbed.controlplane import ControlPlane
+from testbed.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

@@ -15,8 +15,8 @@ from binder.app import BinderApp
 from binder.settings import parse_settings
 from common.kube.cache import Informer
 from common.kube.client import KubeClient
-from testbed.kube import wait_for
-from testbed.procs import free_ports
+from testbed.cluster.kube import wait_for
+from testbed.programs.procs import free_ports
 
 pytestmark = pytest.mark.apiserver
 

@@ -13,7 +13,7 @@ from binder.plugins.base import BindContext
 from binder.plugins.volumebinding.apply import claim_path, pv_path
 from common import names
 from common.kube.client import ApiError, KubeClient
-from testbed.kube import BackgroundPoller
+from testbed.cluster.kube import BackgroundPoller
 
 PROVISIONER = "example.com/fake-provisioner"
 

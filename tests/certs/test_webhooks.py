@@ -11,7 +11,7 @@ import pytest
 
 from certs import webhooks
 from certs.kube import MUTATING, VALIDATING
-from testbed.webhook import AdmissionProcess
+from testbed.programs.webhook import AdmissionProcess
 
 CONFIGURATIONS = [(MUTATING, "fracgpu-mutating-admission"), (VALIDATING, "fracgpu-validating-admission")]
 BUNDLE = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

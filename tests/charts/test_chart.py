@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from certs.__main__ import _parser as certs_parser
-from testbed.charttools import CHART, helm_template, kustomize_build, run
-from testbed.local_deploy import certs_job, container_args
-from testbed.manifests import MANIFESTS, find
+from testbed.cluster.charttools import CHART, helm_template, kustomize_build, run
+from testbed.cluster.manifests import MANIFESTS, find
+from testbed.programs.local_deploy import certs_job, container_args
 
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
 MODES = {  # chart values -> the kustomization it must equal (plus manifests/shared)

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from testbed.manifests import MANIFESTS, render
+from testbed.cluster.manifests import MANIFESTS, render
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

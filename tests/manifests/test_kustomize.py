@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.charttools import kustomize_build
-from testbed.manifests import MANIFESTS, render
+from testbed.cluster.charttools import kustomize_build
+from testbed.cluster.manifests import MANIFESTS, render
 
 KUSTOMIZATIONS = ["", "shared", "overlays/hamicore", "overlays/stock-scheduler", "overlays/cert-manager"]
 

@@ -1,4 +1,4 @@
-"""What manifests/ promises, read from the rendered objects (testbed.manifests, same output as kubectl)."""
+"""What manifests/ promises, read from the rendered objects (testbed.cluster.manifests, same output as kubectl)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from binder.settings import parse_settings as binder_settings
 from certs.__main__ import _parser as certs_parser
 from common.version import version
 from extender.settings import parse_settings as extender_settings
-from testbed.local_deploy import certs_job, container_args
-from testbed.manifests import MANIFESTS, find, render
+from testbed.cluster.manifests import MANIFESTS, find, render
+from testbed.programs.local_deploy import certs_job, container_args
 
 SHARED = render(MANIFESTS / "shared")
 BASE = render(MANIFESTS)

@@ -1,4 +1,4 @@
-"""What manifests/components/monitoring promises, read from the rendered objects (testbed.manifests)."""
+"""What manifests/components/monitoring promises, read from the rendered objects (testbed.cluster.manifests)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from common import names
-from testbed.manifests import MANIFESTS, find, render
-from testbed.monitoring import DASHBOARD, dashboard, dashboard_queries, metric_names, rules_document
+from testbed.cluster.manifests import MANIFESTS, find, render
+from testbed.cluster.monitoring import DASHBOARD, dashboard, dashboard_queries, metric_names, rules_document
 
 MONITORING = render(MANIFESTS / "overlays" / "monitoring")
 NAMESPACE = "fracgpu-system"

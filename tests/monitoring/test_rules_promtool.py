@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.binaries import find_promtool
-from testbed.monitoring import dashboard_queries, metric_names, rule_groups
+from testbed.cluster.binaries import find_promtool
+from testbed.cluster.monitoring import dashboard_queries, metric_names, rule_groups
 
 HERE = Path(__file__).resolve().parent
 

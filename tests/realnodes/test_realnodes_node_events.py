@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from common import names
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
 from testbed.realnodes.bed import RealBed
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnodes]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from common.version import KAI_CONTRACT_COMMIT, version
-from testbed.binaries import K8S_VERSION
-from testbed.manifests import MANIFESTS, render
+from testbed.cluster.binaries import K8S_VERSION
+from testbed.cluster.manifests import MANIFESTS, render
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -11,8 +11,8 @@ from typing import Any
 
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, configmap_path, pod_path
-from testbed.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
-from testbed.nodeplayer import NodePlayer  # noqa: F401 - re-exported for the e2e tests
+from testbed.cluster.kube import wait_for  # noqa: F401 - re-exported for the e2e tests
+from testbed.players.nodeplayer import NodePlayer  # noqa: F401 - re-exported for the e2e tests
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"

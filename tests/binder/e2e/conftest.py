@@ -2,7 +2,7 @@
 
 `binder(*flags)` starts a whole binder (caches, queue, workers, plugins, reservation service) in this
 process against the test bed; `binder_process(*argv)` starts `python -m binder` as a child process.
-`node_player` plays the kubelet and the reservation program for reservation pods (testbed/nodeplayer.py): each
+`node_player` plays the kubelet and the reservation program for reservation pods (testbed/players/nodeplayer.py): each
 gets a free device of its node (8 on a `make_gpu_node` node) and reports that device's id, then runs; one that
 finds no free device is rejected (Failed), as a kubelet rejects it.
 """
@@ -18,7 +18,7 @@ from binder_e2e_kit import NodePlayer
 from binder.app import BinderApp
 from binder.settings import parse_settings
 from common.kube.client import KubeClient
-from testbed.faultproxy import HttpFaultProxy
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 
 # The e2e tests' names for the fixtures of tests/binder/conftest.py.
@@ -80,7 +80,7 @@ def node_player(kube: KubeClient, reservation_namespace: str) -> Iterator[NodePl
 
 @pytest.fixture
 def fault_proxy(control_plane: Any) -> Iterator[HttpFaultProxy]:
-    """An HTTP fault proxy in front of the test bed's apiserver (testbed/faultproxy.py), acting as the admin.
+    """An HTTP fault proxy in front of the test bed's apiserver (testbed/proxies/faultproxy.py), acting as the admin.
 
     Point a binder at it with `binder("--kubeconfig", str(fault_proxy.write_kubeconfig(path)))`.
     """

@@ -7,7 +7,7 @@ from binder_e2e_kit import exists, make_bind_request, make_pod, pod_condition, r
 
 from common import names
 from common.kube.client import KubeClient, pod_path
-from testbed.kube import set_pod_running
+from testbed.cluster.kube import set_pod_running
 
 pytestmark = pytest.mark.apiserver
 

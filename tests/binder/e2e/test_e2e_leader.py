@@ -12,7 +12,7 @@ from binder_e2e_kit import events_for, make_bind_request, make_pod, run_binder_p
 from binder.leader import lease_path
 from common import names
 from common.kube.client import ApiError
-from testbed.procs import free_port
+from testbed.programs.procs import free_port
 
 pytestmark = pytest.mark.apiserver
 LEASE = "2ad35f9c.kai.scheduler"

@@ -1,6 +1,6 @@
 """A Binding whose answer is a timeout: its outcome is unknown until the apiserver's own deadline (H1).
 
-An HTTP fault proxy (testbed/faultproxy.py) sits between the binder and the real apiserver. The binder's
+An HTTP fault proxy (testbed/proxies/faultproxy.py) sits between the binder and the real apiserver. The binder's
 client gives up after 2 s; `--apiserver-request-timeout 6` tells it the server may still commit a write for
 6 s after it was sent.
 """

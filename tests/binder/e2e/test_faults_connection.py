@@ -1,6 +1,6 @@
 """Connections that die silently do not blind the binder (H5).
 
-A TCP fault proxy (testbed/tcpproxy.py) sits between the binder and the real apiserver. `failover()` makes
+A TCP fault proxy (testbed/proxies/tcpproxy.py) sits between the binder and the real apiserver. `failover()` makes
 every open connection go silent (no byte either way, no FIN, no RST) while new connections pass, as when an
 apiserver node or a load balancer dies and another takes its place.
 """
@@ -20,7 +20,7 @@ from urllib3.util.connection import create_connection
 
 from common import names
 from common.kube.client import ApiError, KubeClient, TransportError, WatchIdle
-from testbed.tcpproxy import TcpFaultProxy
+from testbed.proxies.tcpproxy import TcpFaultProxy
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 

@@ -1,5 +1,5 @@
 """The control plane itself fails while BindRequests are in flight: kube-apiserver or etcd SIGKILLed and
-restarted on the same data (testbed/faults_cp.py). The module has its own control plane, since it kills it.
+restarted on the same data (testbed/cluster/faults.py). The module has its own control plane, since it kills it.
 
 After each fault every BindRequest must end `Succeeded` with its pod bound to the selected node, and every
 bound fraction pod must be complete: both ConfigMaps, labels exactly its groups, a live reservation pod.
@@ -28,9 +28,9 @@ from binder.app import BinderApp
 from binder.settings import parse_settings
 from common import names
 from common.kube.client import KubeClient, pod_path
-from testbed.controlplane import ControlPlane
-from testbed.faults_cp import ControlPlaneFaults
-from testbed.kube import api_client, apply_crds, create_gpu_node, create_namespace
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.faults import ControlPlaneFaults
+from testbed.cluster.kube import api_client, apply_crds, create_gpu_node, create_namespace
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.faults]
 

@@ -65,7 +65,7 @@ def test_a_write_whose_connection_was_dropped_is_never_sent_again(fault_proxy, p
 
 def test_an_answer_dropped_after_commit_reaches_the_client_as_a_reset_and_distinct_hits_each_object_once(
         fault_proxy, proxied, namespace):
-    """The fault suite's S8 action (testbed/faultproxy.py `drop_answer`): the create happened, the client saw
+    """The fault suite's S8 action (testbed/proxies/faultproxy.py `drop_answer`): the create happened, the client saw
     only a reset; with `distinct`, a second request for the same object passes and another object is hit."""
     path = rf"/namespaces/{namespace}/configmaps$"
     fault_proxy.drop_answer("POST", path, times=None, distinct=True)

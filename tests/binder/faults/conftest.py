@@ -2,7 +2,8 @@
 
 `fault_plane` is separate from the session's `control_plane`, so killing or pausing it never disturbs another
 test. `world` gives each scenario fresh workload, reservation and lease namespaces, GPU nodes, the node player
-(testbed/nodeplayer.py: reservation pods get devices of their node and report their ids) and a scheduler simulator.
+(testbed/players/nodeplayer.py: reservation pods get devices of their node and report their ids) and a scheduler
+simulator.
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ from faults_kit import (  # faults_kit also puts the e2e kit on sys.path
 )
 
 from common.kube.client import KubeClient
-from testbed.controlplane import ControlPlane
-from testbed.faults_cp import ControlPlaneFaults, audited_control_plane
-from testbed.kube import api_client, apply_crds, create_gpu_node, create_namespace, delete_namespace, delete_node
-from testbed.schedsim import SchedulerSimulator
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.faults import ControlPlaneFaults, audited_control_plane
+from testbed.cluster.kube import (
+    api_client,
+    apply_crds,
+    create_gpu_node,
+    create_namespace,
+    delete_namespace,
+    delete_node,
+)
+from testbed.players.schedsim import SchedulerSimulator
 
 # The scheduler simulator places without counting GPUs (the KAI scheduler would), and the node player turns away a
 # reservation pod that finds no free device. The nodes have room for every scenario's live groups at once: the most

@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 from binder.leader import lease_path
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from testbed.controlplane import ControlPlane, service_account_username
-from testbed.faultproxy import HttpFaultProxy
-from testbed.faults_cp import read_audit
-from testbed.invariants import Scene, check
-from testbed.kube import WaitTimeout, wait_for
-from testbed.schedsim import SchedulerSimulator
+from testbed.checks.invariants import Scene, check
+from testbed.cluster.controlplane import ControlPlane, service_account_username
+from testbed.cluster.faults import read_audit
+from testbed.cluster.kube import WaitTimeout, wait_for
+from testbed.players.schedsim import SchedulerSimulator
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "binder" / "e2e"))  # the e2e kit: NodePlayer, make_pod
@@ -149,7 +149,7 @@ class Replicas:
             self.get(identity).held = False
 
     def killer(self, identity: str) -> Callable[[], None]:
-        """A callable that SIGKILLs whatever process `identity` runs now (for testbed.crashproxy)."""
+        """A callable that SIGKILLs whatever process `identity` runs now (for testbed.proxies.crashproxy)."""
         return lambda: self.signal(identity, signal.SIGKILL)
 
     # ------------------------------------------------------------------ reading

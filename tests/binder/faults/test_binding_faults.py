@@ -1,8 +1,8 @@
 """S7 at scale: Bindings that reach the apiserver after the binder's client gave up on them (H1).
 
-One replica reaches the apiserver through testbed/faultproxy.py with a 4 s client timeout. A burst of 24 fraction
-BindRequests (12 shared groups on 4 nodes) is written at once, and a seeded third of their Binding POSTs is held
-8 s before it is forwarded: longer than the client timeout, shorter than the apiserver's request timeout (the
+One replica reaches the apiserver through testbed/proxies/faultproxy.py with a 4 s client timeout. A burst of 24
+fraction BindRequests (12 shared groups on 4 nodes) is written at once, and a seeded third of their Binding POSTs is
+held 8 s before it is forwarded: longer than the client timeout, shorter than the apiserver's request timeout (the
 suite's APISERVER_REQUEST_TIMEOUT, 20 s, which the binder is told), so each of those Bindings commits after the
 binder saw a timeout and a re-read showed the pod unbound.
 
@@ -23,7 +23,7 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
 from common.kube.client import bindrequest_path
-from testbed.faultproxy import HttpFaultProxy
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -1,6 +1,6 @@
 """S6: the leader's connections go silent (no byte, no FIN, no RST) while BindRequests keep arriving.
 
-Each replica reaches the apiserver through its own testbed/tcpproxy.py (TLS passes through, so the audit log
+Each replica reaches the apiserver through its own testbed/proxies/tcpproxy.py (TLS passes through, so the audit log
 still tells the replicas apart), with the production flags: lease 15 / 10 / 2 s, 30 s client timeout, 40 s watch
 read timeout. Two faults on the leader's proxy:
 
@@ -27,8 +27,8 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations
 
 from common.kube.client import pod_path
-from testbed.kube import wait_for
-from testbed.tcpproxy import TcpFaultProxy
+from testbed.cluster.kube import wait_for
+from testbed.proxies.tcpproxy import TcpFaultProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

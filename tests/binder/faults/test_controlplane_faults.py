@@ -1,8 +1,8 @@
 """S1-S4: kube-apiserver and etcd killed, restarted and paused while two binder replicas work through a burst.
 
-Each scenario writes its BindRequests as the KAI scheduler does (testbed/schedsim.py, which also replaces the ones
-that fail for good), injects the fault once binds are in flight, removes it, waits for every pod to be bound and
-reported within the scenario's recovery bound, then runs the invariant checker (testbed/invariants.py) over the
+Each scenario writes its BindRequests as the KAI scheduler does (testbed/players/schedsim.py, which also replaces the
+ones that fail for good), injects the fault once binds are in flight, removes it, waits for every pod to be bound and
+reported within the scenario's recovery bound, then runs the invariant checker (testbed/checks/invariants.py) over the
 API server and the apiserver's audit log: the list of violations must be empty.
 """
 
@@ -17,8 +17,8 @@ from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, w
 
 from common import names
 from common.kube.client import bindrequest_path, pod_path
-from testbed.faults_cp import APISERVER, ETCD, ControlPlaneFaults
-from testbed.kube import wait_for
+from testbed.cluster.faults import APISERVER, ETCD, ControlPlaneFaults
+from testbed.cluster.kube import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -1,7 +1,7 @@
 """S11: the binder SIGKILLed at each step of a fraction bind, then restarted (1 replica) or replaced by its standby
 (2 replicas: the killed leader stays down).
 
-The binder reaches the apiserver through testbed/crashproxy.py, which kills it at an exact request: before it is
+The binder reaches the apiserver through testbed/proxies/crashproxy.py, which kills it at an exact request: before it is
 forwarded (the step never happened) or after the apiserver answered (the step happened, the binder never learnt
 it). The supervisor in faults_kit restarts the process as the kubelet would. The bind must then complete with
 no violation: the pod bound once, its ConfigMaps and label in place, one live reservation pod, no leftovers.
@@ -16,8 +16,8 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import bindrequest_path, pod_path
-from testbed.crashproxy import CrashProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.crashproxy import CrashProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

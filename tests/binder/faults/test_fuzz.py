@@ -24,9 +24,9 @@ from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations
 
 from common import names
 from common.kube.client import ApiError, bindrequest_path
-from testbed.faults_cp import read_audit
-from testbed.kube import wait_for
-from testbed.schedsim import bind_request_body
+from testbed.cluster.faults import read_audit
+from testbed.cluster.kube import wait_for
+from testbed.players.schedsim import bind_request_body
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

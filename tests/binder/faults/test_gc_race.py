@@ -6,14 +6,14 @@ up to 40 ms either way, so the deletion's group sync and the new bind's reservat
 paths: the GC sees no user and must find the new BindRequest active, or delete the reservation pod before the
 bind looks for it. As many rounds as fit in ROUNDS_S seconds (at most MAX_ROUNDS).
 
-The node player hands out a node's free devices round-robin, after the one handed out last (testbed/devices.py), and
-the node has many: a replacement reservation pod gets another device, so another GPU id, than the one it replaced.
-The test catches a GC that deletes the reservation pod a bind has just read its GPU id from (the new pod's
-NVIDIA_VISIBLE_DEVICES names a GPU no live reservation pod holds), one that deletes the new pod as an orphan (a pod
-without a reservation: the binder's DELETE in the audit log, or our own delete of it answered 404), and a bind that
-fails in the race (a Failed BindRequest). Pass line: every new pod bound with NVIDIA_VISIBLE_DEVICES = the GPU id
-of the group's one live reservation pod, checked when it is bound and again when it is deleted a round later; no
-pod deleted by the binder; the checker clean.
+The node player hands out a node's free devices round-robin, after the one handed out last
+(testbed/players/devices.py), and the node has many: a replacement reservation pod gets another device, so another GPU
+id, than the one it replaced. The test catches a GC that deletes the reservation pod a bind has just read its GPU id
+from (the new pod's NVIDIA_VISIBLE_DEVICES names a GPU no live reservation pod holds), one that deletes the new pod as
+an orphan (a pod without a reservation: the binder's DELETE in the audit log, or our own delete of it answered 404),
+and a bind that fails in the race (a Failed BindRequest). Pass line: every new pod bound with NVIDIA_VISIBLE_DEVICES =
+the GPU id of the group's one live reservation pod, checked when it is bound and again when it is deleted a round
+later; no pod deleted by the binder; the checker clean.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservat
 
 from common import names
 from common.kube.client import ApiError, bindrequest_path, configmap_path, pod_path
-from testbed.faults_cp import read_audit
-from testbed.kube import wait_for
+from testbed.cluster.faults import read_audit
+from testbed.cluster.kube import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

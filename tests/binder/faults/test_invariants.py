@@ -12,8 +12,8 @@ from faults_kit import World
 
 from common import names
 from common.kube.client import bindrequest_path, configmap_path, pod_path
-from testbed.invariants import check
-from testbed.schedsim import bind_request_body
+from testbed.checks.invariants import check
+from testbed.players.schedsim import bind_request_body
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

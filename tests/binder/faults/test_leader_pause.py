@@ -17,7 +17,7 @@ import pytest
 from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

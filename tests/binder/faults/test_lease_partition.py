@@ -1,6 +1,6 @@
 """S13: the leader is cut off from its Lease only (its lease requests hang; everything else passes).
 
-Each replica reaches the apiserver through its own HTTP fault proxy (testbed/faultproxy.py) as its own service
+Each replica reaches the apiserver through its own HTTP fault proxy (testbed/proxies/faultproxy.py) as its own service
 account, so the audit log names the replica behind every write. Production lease (15 / 10 / 2 s). While
 BindRequests stream in, every lease request of the leader hangs: it must stop writing by its renew deadline
 (I6: nothing from it later than its last lease write + 10 s + 1 s once the standby has written the lease), the
@@ -15,8 +15,8 @@ import pytest
 from binder_e2e_kit import make_pod
 from faults_kit import World, replicas_behind_proxies, stop_behind_proxies, violations_behind_proxies, wait_all_bound
 
-from testbed.faultproxy import HttpFaultProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -1,4 +1,4 @@
-"""S8 at scale: writes that commit while their answers are lost (testbed/faultproxy.py `drop_answer`).
+"""S8 at scale: writes that commit while their answers are lost (testbed/proxies/faultproxy.py `drop_answer`).
 
 One replica reaches the apiserver through the HTTP fault proxy. In turn, for each step of a bind, ten BindRequests
 are written at once and the proxy forwards that step's request, lets the apiserver commit it, and resets the
@@ -32,7 +32,7 @@ from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, w
 from binder.plugins.dynamicresources.plugin import claims_path
 from common import names
 from common.kube.client import KubeClient, bindrequest_path, pod_path
-from testbed.faultproxy import HttpFaultProxy
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

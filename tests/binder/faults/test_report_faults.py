@@ -1,7 +1,7 @@
 """S10 and S15: success reports that fail, and a reservation pod that dies under its users.
 
-S10: one replica through testbed/flakyproxy.py, whose BindRequest status writes fail half the time for 10 s with a
-plain 503 (no Retry-After: the client may not repeat it; the reporter must). Ten fraction pods bind, every status
+S10: one replica through testbed/proxies/flakyproxy.py, whose BindRequest status writes fail half the time for 10 s
+with a plain 503 (no Retry-After: the client may not repeat it; the reporter must). Ten fraction pods bind, every status
 must end Succeeded within 20 s of the fault's end, and once the pods complete their reservation pods (one GPU each)
 must be gone within 30 s: a lost report would keep its BindRequest "active" and its GPU reserved.
 
@@ -22,8 +22,8 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import pod_path
-from testbed.flakyproxy import FlakyProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.flakyproxy import FlakyProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -1,7 +1,7 @@
 """S5: etcd restored from a snapshot: every resourceVersion goes back, the binder's caches are ahead of the server.
 
 The procedure is the one Kubernetes documents for a restore: etcd stopped, its data replaced by the snapshot, etcd
-and kube-apiserver started again (testbed/faults_cp.py `etcd_restore`); the binder keeps running throughout. Before
+and kube-apiserver started again (testbed/cluster/faults.py `etcd_restore`); the binder keeps running throughout. Before
 the restore the binder bound pods that the snapshot does not have (they vanish) and the scheduler's 200 writes moved
 the resourceVersion on, so every watch of the binder resumes from a version the server has not reached: the server
 answers "Too large resource version" and the informers must list again (M1); one that kept retrying the same
@@ -21,8 +21,8 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, live_reservations, violations, wait_all_bound
 
 from common.kube.client import configmap_path, pod_path
-from testbed.faults_cp import ControlPlaneFaults
-from testbed.kube import wait_for
+from testbed.cluster.faults import ControlPlaneFaults
+from testbed.cluster.kube import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

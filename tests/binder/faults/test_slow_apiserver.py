@@ -1,6 +1,6 @@
 """S18: a slow apiserver. Every request of both replicas takes 2 s, and some of their writes are held 25 s.
 
-Each replica reaches the apiserver through its own testbed/flakyproxy.py as its own service account (the audit
+Each replica reaches the apiserver through its own testbed/proxies/flakyproxy.py as its own service account (the audit
 log names the replica behind every write). Production lease (15 / 10 / 2 s). Every request, lease requests
 included, is held 2 s before it is forwarded; every 10th lease write and a seeded 5 % of the other writes (POST,
 PUT, PATCH, DELETE) are held 25 s instead, longer than the renew deadline. 50 BindRequests arrive over 25 s. The
@@ -27,8 +27,8 @@ from faults_kit import (
 )
 
 from binder.leader import lease_path
-from testbed.flakyproxy import FlakyProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.flakyproxy import FlakyProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

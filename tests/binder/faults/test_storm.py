@@ -18,8 +18,8 @@ from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
 from common.kube.client import ApiError, bindrequest_path
-from testbed.kube import wait_for
-from testbed.schedsim import bind_request_body
+from testbed.cluster.kube import wait_for
+from testbed.players.schedsim import bind_request_body
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -1,6 +1,6 @@
 """S9: API Priority and Fairness and an overloaded apiserver: 429 and 503 storms on every kind of request.
 
-One leader-elected replica reaches the apiserver through testbed/flakyproxy.py. For 10 s a seeded 20 % of all
+One leader-elected replica reaches the apiserver through testbed/proxies/flakyproxy.py. For 10 s a seeded 20 % of all
 its requests (lease, watches, lists, writes) are answered 429 with `Retry-After: 1`, then for 10 s 10 % are
 answered 503 with `Retry-After: 1`, 25 BindRequests arriving in each storm. Both answers say the request was not
 carried out, so the binder may repeat any of them. No attempt may be burnt on them: 0 BindRequests Failed (the
@@ -16,8 +16,8 @@ import pytest
 from binder_e2e_kit import make_pod
 from faults_kit import APISERVER_REQUEST_TIMEOUT, Replicas, World, violations, wait_all_bound
 
-from testbed.flakyproxy import FlakyProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.flakyproxy import FlakyProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.apiserver]
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.kube import apply_crds
-from testbed.local_deploy import SYSTEM, kubeconfig_for
-from testbed.manifests import MANIFESTS, apply, render
+from testbed.cluster.kube import apply_crds
+from testbed.cluster.manifests import MANIFESTS, apply, render
+from testbed.programs.local_deploy import SYSTEM, kubeconfig_for
+from testbed.programs.stockscheduler import SCHEDULER_NAME
 from testbed.stockbed import StockBed, running_bed
-from testbed.stockscheduler import SCHEDULER_NAME
 
 CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
 pytestmark = pytest.mark.apiserver

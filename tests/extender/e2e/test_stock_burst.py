@@ -11,7 +11,7 @@ import pytest
 
 from common import names
 from common.kube.client import pod_path
-from testbed.kube import http_session, wait_for
+from testbed.cluster.kube import http_session, wait_for
 
 pytestmark = pytest.mark.apiserver
 

@@ -24,7 +24,7 @@ from gpu_truth import groups_of, read
 from common import names
 from common.bindrequest import failed_for_good
 from common.kube.client import bindrequest_path, configmap_path, pod_path
-from testbed.kube import http_session, wait_for
+from testbed.cluster.kube import http_session, wait_for
 from testbed.stockbed import StockBed, running_bed
 
 pytestmark = pytest.mark.apiserver

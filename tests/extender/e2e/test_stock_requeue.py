@@ -14,8 +14,8 @@ import pytest
 from test_stock_scheduler import bound
 
 from common.kube.client import pod_path
-from testbed.faultproxy import HttpFaultProxy
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
+from testbed.proxies.faultproxy import HttpFaultProxy
 from testbed.stockbed import running_bed
 
 pytestmark = pytest.mark.apiserver

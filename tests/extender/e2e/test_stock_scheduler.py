@@ -6,7 +6,7 @@ import pytest
 
 from common import names
 from common.kube.client import configmap_path, pod_path
-from testbed.kube import wait_for
+from testbed.cluster.kube import wait_for
 
 pytestmark = pytest.mark.apiserver
 

@@ -11,7 +11,7 @@ from typing import Any
 import promql_parser
 import yaml
 
-from testbed.manifests import MANIFESTS
+from testbed.cluster.manifests import MANIFESTS
 
 COMPONENT = MANIFESTS / "components" / "monitoring"
 DASHBOARD = COMPONENT / "dashboard.json"

@@ -1,7 +1,7 @@
 """A flaky API server: the HTTP fault proxy answers a seeded random share of matching requests with an error.
 
-`FlakyProxy` is testbed/faultproxy.py's `HttpFaultProxy` plus `flake(method, path, share, status, headers)`: each
-matching request is answered `status` (without being forwarded) with probability `share`, from a seeded random
+`FlakyProxy` is testbed/proxies/faultproxy.py's `HttpFaultProxy` plus `flake(method, path, share, status, headers)`:
+each matching request is answered `status` (without being forwarded) with probability `share`, from a seeded random
 stream; everything else is forwarded. `slow(method, path, share, seconds)` holds a share of them, then forwards
 them. Flakes are tried in the order they were added, the first that fires wins. `clear()` removes the flakes with
 the rules. Used for API Priority and Fairness storms (429 with Retry-After), overloaded apiservers (503) and slow
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.faultproxy import HttpFaultProxy, Rule
+from testbed.proxies.faultproxy import HttpFaultProxy, Rule
 
 
 @dataclass

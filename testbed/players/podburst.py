@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.controlplane import ControlPlane
-from testbed.kube import http_session
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import http_session
 
 
 @dataclass(frozen=True)

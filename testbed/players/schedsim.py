@@ -18,9 +18,9 @@ from typing import Any
 from common import names
 from common.bindrequest import failed_for_good, manifest
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
-from testbed.kube import BackgroundPoller
+from testbed.cluster.kube import BackgroundPoller
 
-log = logging.getLogger("testbed.schedsim")
+log = logging.getLogger("testbed.players.schedsim")
 
 
 def bind_request_body(pod: dict[str, Any], node: str, groups: list[str] | None,

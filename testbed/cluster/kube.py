@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testbed.controlplane import ControlPlane, User
+from testbed.cluster.controlplane import ControlPlane, User
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -303,6 +303,13 @@ def delete_node(api: client.ApiClient, name: str) -> None:
 
 
 # --------------------------------------------------------------------------- pods
+def set_pod_phase(session: KubeSession, namespace: str, name: str, phase: str) -> None:
+    """Only the phase, merged through the status subresource: what the binder wrote there (PodBound) stays."""
+    answer = session.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", json={"status": {"phase": phase}},
+                           headers={"Content-Type": "application/merge-patch+json"})
+    answer.raise_for_status()
+
+
 def set_pod_running(api: client.ApiClient, namespace: str, name: str, pod_ip: str | None = None,
                     host_ip: str = "127.0.0.1") -> dict[str, Any]:
     """Make a pod look Running and Ready through the status subresource (there is no kubelet)."""

@@ -7,19 +7,18 @@ ServiceAccount (a real TokenRequest token), so what works here works with the sh
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from testbed.controlplane import User
-from testbed.kube import http_session
-from testbed.manifests import find
-from testbed.procs import tail
+from testbed.cluster.controlplane import User
+from testbed.cluster.kube import http_session
+from testbed.cluster.manifests import find
+from testbed.programs.procs import ChildProgram
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "fracgpu-system"
 RESERVATION = "kai-resource-reservation"
 WEBHOOKS = {"MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
@@ -74,26 +73,19 @@ def shipped_args(documents: list[dict], kind: str, name: str) -> tuple[str, list
     return args[0], kept
 
 
-class Program:
-    """`python -m <module> ...` with its output in a log file."""
+class Program(ChildProgram):
+    """`python -m <module> ...` with its output in `log`, started at once; nothing waits for it to be ready."""
 
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.log = log
-        handle = open(log, "wb")  # noqa: SIM115 - the child owns it
-        self.process = subprocess.Popen([sys.executable, "-m", *argv], cwd=ROOT, stdout=handle,
-                                         stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        super().__init__(log.parent, name=log.stem, env=env)
+        self.module_argv = list(argv)
+        self.start()
 
-    def tail(self, lines: int = 40) -> str:
-        return tail(self.log, lines)
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", *self.module_argv]
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    def stop(self, grace: float = 20.0) -> None:
+        super().stop(grace)
 
 
 def run_certs(kubeconfig: Path, args: list[str], log: Path) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """Plays the kubelet on the test bed's fake GPU nodes (no kubelet runs there), and the reservation program.
 
-The kubelet's part is its device manager for `nvidia.com/gpu` (testbed/devices.py): a bound pod that requests
+The kubelet's part is its device manager for `nvidia.com/gpu` (testbed/players/devices.py): a bound pod that requests
 devices is admitted with that many free devices of its node, or rejected as a real kubelet rejects it when fewer
 are free; its devices are free again when it ends, is deleted or is being deleted, and a pod being deleted is then
 removed (grace 0, uid precondition), as a kubelet finishes a deletion once the containers have stopped. The
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from common import names
 from common.kube.client import ApiError, KubeClient, pod_path
-from testbed.devices import (
+from testbed.players.devices import (
     DEVICES_ANNOTATION,
     GPU_RESOURCE,
     REJECT_REASON,
@@ -28,7 +28,7 @@ from testbed.devices import (
     rejection_message,
 )
 
-log = logging.getLogger("testbed.nodeplayer")
+log = logging.getLogger("testbed.players.nodeplayer")
 TERMINAL = ("Succeeded", "Failed")
 # Short watches: a stopped player's stream ends within seconds, and pods still waiting (for a node, for an
 # answer) are looked at again that often.

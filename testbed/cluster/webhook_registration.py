@@ -2,7 +2,7 @@
 
 The definitions are the ones `python -m certs register` writes (certs/webhooks.py) under the names the manifests
 ship, but calling a loopback `url` (a local process has no Service, and the test bed's apiserver must never dial
-a Service's cluster IP: testbed/loopback_policy.py refuses it) with our test CA as caBundle. `on_loopback`
+a Service's cluster IP: testbed/cluster/loopback_policy.py refuses it) with our test CA as caBundle. `on_loopback`
 rewrites any other configuration that names a Service the same way.
 """
 
@@ -21,7 +21,7 @@ from certs import webhooks
 from certs.kube import MUTATING, VALIDATING
 from common import names
 
-WEBHOOKS_MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "admission" / "webhooks.yaml"
+WEBHOOKS_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "admission" / "webhooks.yaml"
 _COLLECTIONS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",

@@ -1,4 +1,5 @@
-"""Process plumbing for the test bed: free ports, child processes that die with us, log tails."""
+"""Process plumbing for the test bed: free ports, child processes that die with us, log tails, and the one base
+of every launcher (`ChildProgram`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
+
+import requests
+import urllib3
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # The ports handed out lately: a server may not listen yet on one picked a moment ago.
 _handed_out: collections.deque[int] = collections.deque(maxlen=4096)
@@ -90,9 +97,10 @@ def die_with_parent(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
-def spawn(argv: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], log: Path, cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own process group, stdout+stderr to ``log``, without proxy settings."""
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env.update(extra_env or {})
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,10.243.0.1"  # 10.243.0.1: testbed/realnodes
     with open(log, "wb") as out:
         return subprocess.Popen(
@@ -125,3 +133,77 @@ def tail(path: Path, lines: int) -> str:
     except OSError as exc:
         return f"<cannot read {path}: {exc}>"
     return "\n".join(text[-lines:])
+
+
+class ChildProgram:
+    """A program of ours (or a stock one) as a child process: its own process group, killed with its parent,
+    without proxy settings, stdout+stderr in `<workdir>/<name>.log`; ready once `health_url` answers 200 (no
+    wait when it is empty). Every launcher of the test bed is one of these; a subclass says `argv()`.
+    """
+
+    name = "child"
+
+    def __init__(self, workdir: Path, name: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.name = name or self.name
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        self.extra_env = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.health_url = ""
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    @property
+    def log(self) -> Path:
+        return self.log_path
+
+    def start(self, timeout: float = 60.0) -> ChildProgram:
+        if self.log_path.exists():  # a restart: keep what the previous run said
+            self.log_path.rename(self.log_path.with_suffix(f".{time.time_ns()}.log"))
+        self.process = spawn(self.argv(), self.log_path, REPO_ROOT, self.extra_env)
+        if not self.health_url:
+            return self
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = False  # kube-scheduler serves /healthz with a certificate it made itself
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if session.get(self.health_url, timeout=2).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self.process is not None:
+            terminate(self.process, grace)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+    def tail(self, lines: int = 40) -> str:
+        return self.log_tail(lines)
+
+    def __enter__(self) -> ChildProgram:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

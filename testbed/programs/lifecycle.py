@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from common import names
-from testbed.controlplane import ControlPlane
-from testbed.kube import http_session
-from testbed.local_deploy import ROOT, container_args, kubeconfig_for
-from testbed.tcpproxy import TcpFaultProxy
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.kube import http_session
+from testbed.programs.local_deploy import ROOT, container_args, kubeconfig_for
+from testbed.proxies.tcpproxy import TcpFaultProxy
 
 
 def run_job(control_plane: ControlPlane, documents: list[dict], job: dict, workdir: Path,

@@ -1,6 +1,6 @@
 """Clients that hold a TLS server's connections without using them: the load the webhook must shrug off.
 
-    python -m testbed.slowclients --port 9443 --silent 500 --slow 500 --duration 30
+    python -m testbed.players.slowclients --port 9443 --silent 500 --slow 500 --duration 30
 
 - silent: finish the TLS handshake, then send nothing (what the apiserver's HTTP client leaves behind when it
   dials for a burst and parks the connections it ends up not needing);

@@ -7,7 +7,7 @@ test bed's etcd runs with `--unsafe-no-fsync`; killing the process is safe becau
 
 `audited_control_plane()` builds a `ControlPlane` whose apiserver writes an audit log (`AUDIT_POLICY`): every write
 at Metadata level (user, verb, object, response code, timestamps), `pods/binding` at Request level so the Binding's
-`metadata.uid` names the pod it was for. `read_audit()` parses it; testbed/invariants.py counts from it.
+`metadata.uid` names the pod it was for. `read_audit()` parses it; testbed/checks/invariants.py counts from it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 
-from testbed.controlplane import ControlPlane, ControlPlaneError
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError
 
 log = logging.getLogger("testbed.faults")
 

@@ -43,7 +43,7 @@ class Scene:
 
     namespaces: list[str]
     reservation_namespace: str
-    audit: list[dict[str, Any]] | None = None  # testbed.faults_cp.read_audit() output
+    audit: list[dict[str, Any]] | None = None  # testbed.cluster.faults.read_audit() output
     since: float = 0.0  # epoch seconds: audit events before are another scenario's
     replicas: dict[str, float] = field(default_factory=dict)  # audit username -> renew deadline (s)
     invalid_pods: set[tuple[str, str]] = field(default_factory=set)  # pods whose BindRequests were bad on purpose

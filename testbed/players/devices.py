@@ -3,7 +3,7 @@
 A node has as many devices as its `status.allocatable["nvidia.com/gpu"]`, each with an id fixed by the node's
 name and the device's index (`device_id`). A pod is admitted with as many free devices of its node as it
 requests, or rejected with the kubelet's own reason and message when fewer are free; its devices are free again
-when it ends. testbed/nodeplayer.py plays the API side (admission writes, watches, deletions).
+when it ends. testbed/players/nodeplayer.py plays the API side (admission writes, watches, deletions).
 
 The rule for how many devices a pod asks for is written out here rather than imported from the extender: the
 model checks what the extender and the binder do, so it must not share their code.

@@ -25,9 +25,9 @@ import jsonpatch
 import requests
 import yaml
 
-from testbed.webhook_registration import UNSERVED_URL, on_loopback
+from testbed.cluster.webhook_registration import UNSERVED_URL, on_loopback
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "patches", "namespace", "commonAnnotations",
                         "configMapGenerator", "sortOptions"}
@@ -319,7 +319,7 @@ def apply(session: requests.Session, documents: Iterable[dict[str, Any]], timeou
     """Create each object, or replace it when it exists, in dependency order; wait for CRDs to be served.
 
     Webhook configurations are applied on loopback: their Service becomes `webhook_url` + path (the test bed
-    refuses to dial a Service, testbed/loopback_policy.py). By default that URL is served by nothing, so the
+    refuses to dial a Service, testbed/cluster/loopback_policy.py). By default that URL is served by nothing, so the
     webhook fails fast until a test points it at its local webhook process; `documents` are not changed.
     """
     ordered = sorted(documents, key=lambda doc: APPLY_ORDER.index(doc["kind"]) if doc["kind"] in APPLY_ORDER

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 HELM_VERSION = "v3.20.2"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "build-helm.sh"
 CHART = REPO_ROOT / "charts" / "fracgpu"
 

@@ -1,6 +1,6 @@
 """Exact crash points for a client under test: the HTTP fault proxy SIGKILLs it at a chosen request.
 
-`CrashProxy` is testbed/faultproxy.py's `HttpFaultProxy` with one more action. `crash(method, path, when, skip)`
+`CrashProxy` is testbed/proxies/faultproxy.py's `HttpFaultProxy` with one more action. `crash(method, path, when, skip)`
 arms a one-shot rule on the (skip+1)-th matching request:
 
 * `when="before"`: the victim is killed and the request is never forwarded (it did not happen);
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.faultproxy import HttpFaultProxy, Rule
+from testbed.proxies.faultproxy import HttpFaultProxy, Rule
 
-log = logging.getLogger("testbed.crashproxy")
+log = logging.getLogger("testbed.proxies.crashproxy")
 
 
 @dataclass

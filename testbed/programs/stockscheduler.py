@@ -8,23 +8,18 @@ rewritten only where the test bed differs: kubeconfig, extender port, no leader 
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import requests
-import urllib3
 import yaml
 
-from testbed.binaries import find_binary
-from testbed.controlplane import ControlPlane
-from testbed.manifests import MANIFESTS, find, render
-from testbed.procs import free_ports, spawn, tail, terminate
+from testbed.cluster.binaries import find_binary
+from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.manifests import MANIFESTS, find, render
+from testbed.programs.procs import ChildProgram, free_ports
 
 SCHEDULER_NAME = "fracgpu-scheduler"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def scheduler_configuration(kubeconfig: str, extender_url: str, node_cache_capable: bool | None = None
@@ -43,60 +38,7 @@ def scheduler_configuration(kubeconfig: str, extender_url: str, node_cache_capab
     return config
 
 
-class _Child:
-    name = "child"
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.workdir / f"{self.name}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.health_url = ""
-
-    def argv(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, timeout: float = 60.0) -> _Child:
-        if self.log_path.exists():  # a restart: keep what the previous run said
-            self.log_path.rename(self.log_path.with_suffix(f".{time.time_ns()}.log"))
-        self.process = spawn(self.argv(), self.log_path, ROOT)
-        session = requests.Session()
-        session.trust_env = False
-        session.verify = False  # kube-scheduler serves /healthz with a certificate it made itself
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if session.get(self.health_url, timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            terminate(self.process)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def log_tail(self, lines: int = 40) -> str:
-        return tail(self.log_path, lines)
-
-    def __enter__(self) -> _Child:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class ExtenderProcess(_Child):
+class ExtenderProcess(ChildProgram):
     name = "extender"
 
     def __init__(self, control_plane: ControlPlane, workdir: Path, *flags: str, kubeconfig: Path | None = None) -> None:
@@ -118,7 +60,7 @@ class ExtenderProcess(_Child):
                 "--qps", "0", *self.flags]
 
 
-class BinderProcess(_Child):
+class BinderProcess(ChildProgram):
     name = "binder"
 
     def __init__(self, control_plane: ControlPlane, workdir: Path, *flags: str) -> None:
@@ -134,7 +76,7 @@ class BinderProcess(_Child):
                 "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}", *self.flags]
 
 
-class StockScheduler(_Child):
+class StockScheduler(ChildProgram):
     name = "kube-scheduler"
 
     def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str,

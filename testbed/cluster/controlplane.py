@@ -5,7 +5,7 @@ own CA, serving certificate, service-account signing key, RBAC authorization and
 file.  Service-account identities (``system:serviceaccount:<ns>:<sa>``) get static tokens when they
 are declared before ``start()``; identities asked for later are served by client certificates
 signed by the same CA, so any user can be minted at any time. Webhooks may call only loopback URLs
-(testbed/loopback_policy.py, installed and enforced before ``start()`` returns).
+(testbed/cluster/loopback_policy.py, installed and enforced before ``start()`` returns).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 import requests
 import yaml
 
-from testbed import loopback_policy
-from testbed.binaries import BinariesMissingError, binaries_dir, find_binary
-from testbed.pki import CertificateAuthority, CertPair, write_service_account_key
-from testbed.procs import free_ports, spawn, tail, terminate
+from testbed.cluster import loopback_policy
+from testbed.cluster.binaries import BinariesMissingError, binaries_dir, find_binary
+from testbed.cluster.pki import CertificateAuthority, CertPair, write_service_account_key
+from testbed.programs.procs import free_ports, spawn, tail, terminate
 
 ADMIN_USER = "testbed-admin"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -217,7 +217,7 @@ class ControlPlane:
     def respawn(self, name: str) -> subprocess.Popen[bytes]:
         """Start ``name`` again with its original argv (same ports, same data directory) once it has exited.
 
-        The previous log is kept as ``<name>.<n>.log``; testbed/faults_cp.py waits for readiness.
+        The previous log is kept as ``<name>.<n>.log``; testbed/cluster/faults.py waits for readiness.
         """
         old = next(p for p in self._procs if p.name == name)
         if old.popen.poll() is None:
@@ -343,7 +343,8 @@ class ControlPlane:
         self._wait("the default namespace", default_namespace, self.start_timeout)
 
     def _install_loopback_policy(self) -> None:
-        """No webhook configuration may make the apiserver dial off this machine (testbed/loopback_policy.py)."""
+        """No webhook configuration may make the apiserver dial off this machine
+        (testbed/cluster/loopback_policy.py)."""
         try:
             self.loopback_policy_seconds = loopback_policy.install(self._admin_session(), self.url)
         except (loopback_policy.LoopbackPolicyError, requests.RequestException) as error:

@@ -4,7 +4,7 @@ webhook configurations that would make kube-apiserver dial anything but this mac
 The shipped manifests reach the webhook through a Service. On the test bed nothing serves a Service's cluster IP
 (no kube-proxy), so kube-apiserver would dial 10.96.x.y, an address outside the machine, and wait out each call's
 timeout. Every test therefore rewrites `clientConfig` to a loopback `url`
-(testbed.webhook_registration.on_loopback, which testbed.manifests.apply does for every configuration it
+(testbed.cluster.webhook_registration.on_loopback, which testbed.cluster.manifests.apply does for every configuration it
 applies); this policy makes forgetting it an immediate, explained error instead of a slow call out.
 
 Refused, on create and update of Mutating- and ValidatingWebhookConfigurations (admissionregistration.k8s.io/v1
@@ -27,7 +27,7 @@ import requests
 
 POLICY_NAME = "testbed-webhooks-stay-on-loopback"
 API = "/apis/admissionregistration.k8s.io/v1"
-REWRITE = "testbed.webhook_registration.on_loopback() (testbed.manifests.apply does it for you)"
+REWRITE = "testbed.cluster.webhook_registration.on_loopback() (testbed.cluster.manifests.apply does it for you)"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 MESSAGE_MARK = "the test bed never calls out"
 ENFORCE_TIMEOUT_S = 30.0

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 K8S_VERSION = "v1.35.4"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "build-k8s.sh"
 
 

@@ -1,0 +1,1 @@
+"""Fault proxies between a program and the API server: TCP, HTTP faults, crashes, flaky answers."""
