@@ -7,8 +7,12 @@ scheduler's name for one shared GPU: its reservation pod (in the reservation nam
 the fraction pods labelled with the group (`runai-gpu-group`, or `runai-gpu-group/<group>` for multi-device
 pods).
 
-A member's share comes from its BindRequest's `receivedGPU.portion` (what the scheduler decided), else from
-its `gpu-fraction` annotation, else from `gpu-memory` over the node's `nvidia.com/gpu.memory` label.
+A member's share is what the GPU accounting (common/gpuclaims.py) counts for it, the numbers the extender places
+by: a bound pod's from its own request (`gpu-fraction`, or `gpu-memory` over the node's `nvidia.com/gpu.memory`
+label), an unbound pod's from its BindRequest's `receivedGPU.portion`. Where the accounting cannot tell (a
+gpu-memory pod on a node without the memory label, an unreadable request) it counts the whole GPU, so nothing is
+placed on top; such a share is marked `estimated`. A labelled pod nothing claims for (unbound, no BindRequest
+standing) has no share.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import names
+from common import gpuclaims, names
 from common.bindrequest import is_over, selected_gpu_groups
 from common.gpu_request import parse_go_float, parse_go_uint
+from common.gpugroups import pod_groups
 from common.objects import meta as _meta
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -29,8 +34,9 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 class Member:
     namespace: str
     name: str
-    share: float | None  # None: the share cannot be told (no BindRequest, annotation or node memory)
+    share: float | None  # None: nothing claims a GPU for it (unbound, no BindRequest standing)
     phase: str = ""
+    estimated: bool = False  # the share is the whole GPU the accounting counts when it cannot tell
 
     @property
     def key(self) -> str:
@@ -63,32 +69,39 @@ class NodeAllocation:
     groups: list[GpuGroup] = field(default_factory=list)
 
 
-def pod_groups(pod: Mapping[str, Any]) -> list[str]:
-    """The GPU groups a pod is a member of, from its group labels."""
-    labels = _meta(pod).get("labels") or {}
-    return sorted({value for key, value in labels.items()
-                   if value and (key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX))})
+def member_shares(pod: Mapping[str, Any], bind_requests: Iterable[Mapping[str, Any]],
+                  node_memory_mib: Mapping[str, int | None],
+                  reservation_namespace: str) -> dict[str, tuple[float, bool]]:
+    """group -> (share, estimated) the accounting counts for this pod: its own claim once bound, else its
+    BindRequests' (the largest share any of them gives, as the extender counts it)."""
+    state = gpuclaims.pod_state(pod)
+    claims: list[tuple[str, gpuclaims.Claim, bool]] = []  # (node, claim, its shares are a whole-GPU stand-in)
+    if state.node and not state.ended:
+        claim = gpuclaims.pod_claim(pod, reservation_namespace)
+        if claim is not None:
+            claims.append((state.node, claim, claim.groups and not _readable_fraction(pod)))
+    for bind_request in bind_requests:
+        outcome = gpuclaims.bind_request_claim(bind_request, state)
+        if outcome is not None:
+            received = (bind_request.get("spec") or {}).get("receivedGPU") or {}
+            portion = parse_go_float(str(received.get("portion", "")))
+            claims.append((*outcome, portion is None or portion <= 0))
+    shares: dict[str, tuple[float, bool]] = {}
+    for node, claim, stand_in in claims:
+        memory = node_memory_mib.get(node)
+        _, hundredths = gpuclaims.usage([claim], memory)
+        for (group, _member), share in hundredths.items():
+            estimated = bool(stand_in) if group in claim.groups else not memory
+            if group not in shares or share / gpuclaims.FULL > shares[group][0]:
+                shares[group] = (share / gpuclaims.FULL, estimated)
+    return shares
 
 
-def member_share(pod: Mapping[str, Any], bind_request: Mapping[str, Any] | None,
-                 node_memory_mib: int | None) -> float | None:
-    """The share of one GPU the pod holds in each of its groups, or None when nothing tells it."""
-    if bind_request is not None:
-        spec = bind_request.get("spec") or {}
-        if spec.get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION:
-            portion = parse_go_float(str((spec.get("receivedGPU") or {}).get("portion", "")))
-            if portion is not None and 0 < portion <= 1:
-                return portion
-    annotations = _meta(pod).get("annotations") or {}
-    if names.GPU_FRACTION in annotations:
-        fraction = parse_go_float(str(annotations[names.GPU_FRACTION]))
-        if fraction is not None and 0 < fraction <= 1:
-            return fraction
-    if names.GPU_MEMORY in annotations and node_memory_mib:
-        memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
-        if memory:
-            return min(1.0, memory / node_memory_mib)
-    return None
+def _readable_fraction(pod: Mapping[str, Any]) -> bool:
+    try:
+        return gpuclaims.request_of(pod, known_modes_only=False).fraction is not None
+    except gpuclaims.InvalidRequest:
+        return False
 
 
 def node_memory(node: Mapping[str, Any]) -> int | None:
@@ -101,11 +114,11 @@ def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mappin
                reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE) -> list[NodeAllocation]:
     """Every GPU group with a reservation pod or a live member, per node, sorted by node, GPU id and group."""
     memory = {_meta(node).get("name", ""): node_memory(node) for node in nodes}
-    by_pod: dict[tuple[str, str], Mapping[str, Any]] = {}
+    by_pod: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     pending: dict[str, int] = {}
     for bind_request in bind_requests:
         spec = bind_request.get("spec") or {}
-        by_pod[(_meta(bind_request).get("namespace", ""), spec.get("podName", ""))] = bind_request
+        by_pod.setdefault((_meta(bind_request).get("namespace", ""), spec.get("podName", "")), []).append(bind_request)
         if not is_over(bind_request):
             for group in selected_gpu_groups(bind_request):
                 pending[group] = pending.get(group, 0) + 1
@@ -133,13 +146,14 @@ def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mappin
             continue
         if phase in FINISHED_PHASES:
             continue
-        bind_request = by_pod.get((meta.get("namespace", ""), meta.get("name", "")))
-        if not node and bind_request is not None:
-            node = (bind_request.get("spec") or {}).get("selectedNode") or ""
-        share = member_share(pod, bind_request, memory.get(node))
+        its_bind_requests = by_pod.get((meta.get("namespace", ""), meta.get("name", "")), [])
+        if not node and its_bind_requests:
+            node = (its_bind_requests[-1].get("spec") or {}).get("selectedNode") or ""
+        shares = member_shares(pod, its_bind_requests, memory, reservation_namespace)
         for group in pod_groups(pod):
+            share, estimated = shares.get(group, (None, False))
             group_of(group, node).members.append(
-                Member(meta.get("namespace", ""), meta.get("name", ""), share, phase))
+                Member(meta.get("namespace", ""), meta.get("name", ""), share, phase, estimated))
     for name, entry in groups.items():
         entry.pending_bind_requests = pending.get(name, 0)
         entry.members.sort(key=lambda member: member.key)
@@ -169,7 +183,7 @@ def to_json(nodes: list[NodeAllocation]) -> list[dict[str, Any]]:
             "group": group.group, "gpuId": group.gpu_id, "reservationPod": group.reservation_pod,
             "reservationPhase": group.reservation_phase or None, "allocatedShare": group.allocated,
             "freeShare": group.free, "pendingBindRequests": group.pending_bind_requests, "stale": group.stale,
-            "members": [{"pod": member.key, "share": member.share, "phase": member.phase or None}
-                        for member in group.members],
+            "members": [{"pod": member.key, "share": member.share, "estimated": member.estimated,
+                         "phase": member.phase or None} for member in group.members],
         } for group in node.groups],
     } for node in nodes]

@@ -1,10 +1,9 @@
 """GPU accounting of the extender: per node, the whole GPUs in use and the share in use of each GPU group.
 
 Built only from what the API server holds — nodes, pods, reservation pods, BindRequests — plus the extender's
-own decisions while their bind call runs (`reserve`), so a restart loses nothing. What each object claims is
-decided in extender/claims.py. Every source claims GPUs for a *member* (a pod, `namespace/name`); a member
-counted by several sources at once (its BindRequest, its pod, our own decision) is counted once, with the largest
-share any of them gives, so the ledger can only ever over-estimate what is in use.
+own decisions while their bind call runs (`reserve`), so a restart loses nothing. What each object claims, and how
+a node's claims add up, is common/gpuclaims.py (the accounting the binder's gauges and `fracgpu gpus` report with);
+this module keeps every object's claim up to date from the informers and caches each node's view.
 
 A GPU group lives on one node for its whole life: the node of its reservation pod. A group that some object
 names on another node still counts there (a device may be in use), but no pod is placed into it there.
@@ -22,7 +21,6 @@ share or the last device (`bind_lock`).
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,19 +30,22 @@ from typing import Any
 
 from common import bindrequest, names
 from common.gpu_request import parse_go_uint
-from extender.claims import (
+from common.gpuclaims import (
+    MIXED_MODES,
     Claim,
+    GpuRequest,
     PodState,
     bind_request_claim,
     bind_request_member,
     bind_request_modes,
     member_of,
-    meta,
     pod_claim,
     pod_member,
     pod_state,
+    usage,
 )
-from extender.placement import FULL, MIXED_MODES, GpuRequest, NodeGpus, Policy, fit, groups_for
+from common.objects import meta
+from extender.placement import NodeGpus, Policy, fit, groups_for
 from extender.residues import Residues
 
 # Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
@@ -444,16 +445,7 @@ def whole_refusal(request: GpuRequest, view: NodeGpus) -> str:
 def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str],
                 modes: Mapping[str, Mapping[str, int]]) -> NodeGpus:
     view = NodeGpus(node, devices, memory_mib)
-    shares: dict[tuple[str, str], int] = {}
-    whole: dict[str, int] = {}
-    for claim in claims:
-        if claim.whole:
-            whole[claim.member] = max(whole.get(claim.member, 0), claim.whole)
-        memory_shares = {group: math.ceil(mib * FULL / memory_mib) if memory_mib else FULL
-                         for group, mib in claim.memory_groups.items()}
-        for group, share in (*claim.groups.items(), *memory_shares.items()):
-            key = (group, claim.member)
-            shares[key] = max(shares.get(key, 0), share)
+    whole, shares = usage(claims, memory_mib)
     view.whole_in_use = sum(whole.values())
     for (group, _), share in shares.items():
         view.groups[group] = view.groups.get(group, 0) + share

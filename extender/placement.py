@@ -1,10 +1,9 @@
 """Pure placement decisions of the scheduler extender: which nodes can take a pod's GPU request and why the
 others cannot, how good each fitting node is, and which GPU groups the pod goes to.
 
-Nothing here reads the API server; extender/ledger.py builds the `NodeGpus` these functions judge. Shares are
-whole hundredths of a GPU (0.50 is 50): the BindRequest carries the portion with two decimals, as the KAI
-scheduler writes it, and integer sums can be checked against 100 exactly — "a GPU is never over-committed"
-is `sum(shares of a group) <= 100`, with no rounding in the way.
+Nothing here reads the API server; extender/ledger.py builds the `NodeGpus` these functions judge from the claims of
+common/gpuclaims.py. Shares are whole hundredths of a GPU (0.50 is 50), so "a GPU is never over-committed" is
+`sum(shares of a group) <= 100`, with no rounding in the way.
 
 A GPU group's pods share its GPU's compute one way (KAI v0.18's compute sharing modes, time-slicing unless the pod
 asks otherwise): a pod joins only groups of its own mode, and a new group gets the pod's mode.
@@ -19,120 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import names
-from common.gpu_request import parse_go_float, parse_go_uint
-from common.gpugroups import requested_compute_mode
-from common.kube_quantity import InvalidQuantity, parse_quantity
+from common.gpuclaims import FULL, GpuRequest
 
-FULL = 100  # one whole GPU, in hundredths
 MAX_SCORE = 10  # the extender protocol's maximum priority
-# The mode of a GPU group whose sources name different modes: no pod joins it.
-MIXED_MODES = "mixed"
 
 
 class Policy(enum.Enum):
     BINPACK = "binpack"  # fill partly used GPUs first, then nodes with fewer free GPUs
     SPREAD = "spread"  # empty GPUs first, then the emptiest groups, on the nodes with most free GPUs
-
-
-@dataclass(frozen=True)
-class GpuRequest:
-    """What a pod asks of GPUs. `fraction` (hundredths) or `memory_mib` for a shared request; `whole` GPUs.
-    `mode`: how a shared request shares its GPUs' compute (the GPU groups it may join)."""
-
-    fraction: int | None = None
-    memory_mib: int | None = None
-    devices: int = 1
-    whole: int = 0
-    mode: str = names.COMPUTE_TIME_SLICING
-
-    @property
-    def shared(self) -> bool:
-        return self.fraction is not None or self.memory_mib is not None
-
-    def describe(self) -> str:
-        if self.memory_mib is not None:
-            amount = f"gpu-memory {self.memory_mib} MiB"
-        elif self.fraction is not None:
-            amount = f"gpu-fraction {self.fraction / FULL:.2f}"
-        else:
-            return f"{self.whole} whole GPU(s)"
-        amount += "" if self.mode == names.COMPUTE_TIME_SLICING else f" ({self.mode})"
-        return amount if self.devices == 1 else f"{amount} on each of {self.devices} GPUs"
-
-
-class InvalidRequest(ValueError):
-    """The pod's GPU annotations cannot be read (the webhook should have refused it)."""
-
-
-def to_hundredths(portion: float) -> int:
-    """A share as whole hundredths, as `%.2f` writes it, but never 0 for a positive share."""
-    return max(1, min(FULL, round(portion * FULL))) if portion > 0 else 0
-
-
-def request_of(pod: Mapping[str, Any], known_modes_only: bool = True) -> GpuRequest:
-    """The pod's GPU request from its annotations (gpu-fraction, gpu-memory, gpu-fraction-num-devices, a
-    container's gpu-compute.mode) and `nvidia.com/gpu` limits. A shared request of a compute mode that is not
-    known is refused, unless `known_modes_only` is off (a bound pod's claim: it keeps the mode as written, which no
-    other pod's matches)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    mode = requested_compute_mode(pod)
-    nv_memory = nvfractions_memory(annotations)
-    if known_modes_only and mode not in names.COMPUTE_SHARING_MODES and (
-            names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations or nv_memory is not None):
-        raise InvalidRequest(f'{names.NVFRACTIONS_ANNOTATION_PREFIX}<container>{names.GPU_COMPUTE_MODE_SUFFIX} '
-                             f'"{mode}" is not a GPU compute sharing mode (one of '
-                             f'{", ".join(names.COMPUTE_SHARING_MODES)})')
-    devices = 1
-    if names.GPU_FRACTION_NUM_DEVICES in annotations:
-        parsed_devices = parse_go_uint(str(annotations[names.GPU_FRACTION_NUM_DEVICES]))
-        if not parsed_devices:
-            raise InvalidRequest(f"{names.GPU_FRACTION_NUM_DEVICES} must be a positive integer")
-        devices = parsed_devices
-    if names.GPU_FRACTION in annotations:
-        value = parse_go_float(str(annotations[names.GPU_FRACTION]))
-        if value is None or not 0 < value < 1:
-            raise InvalidRequest(f"{names.GPU_FRACTION} must be a number between 0 and 1")
-        return GpuRequest(fraction=to_hundredths(value), devices=devices, mode=mode)
-    if names.GPU_MEMORY in annotations:
-        memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
-        if not memory:
-            raise InvalidRequest(f"{names.GPU_MEMORY} must be a positive number of MiB")
-        return GpuRequest(memory_mib=memory, devices=devices, mode=mode)
-    if nv_memory is not None:
-        return GpuRequest(memory_mib=nv_memory, devices=devices, mode=mode)
-    return GpuRequest(whole=whole_gpus_of(pod))
-
-
-def nvfractions_memory(annotations: Mapping[str, Any]) -> int | None:
-    """MiB an NvFractions-only pod asks for (KAI v0.18: `nvidia.com/container.<c>.gpu-memory.request`, else its
-    `.gpu-memory.limit`), rounded up; None when it has neither. The legacy annotations, when present, say the same
-    amount (admission checks it) and are read first."""
-    for suffix in (names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX):
-        for key, value in sorted(annotations.items()):
-            if key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX) and key.endswith(suffix):
-                try:
-                    amount = parse_quantity(str(value)).value
-                except InvalidQuantity as error:
-                    raise InvalidRequest(f"{key} must be a Kubernetes memory quantity: {error}") from error
-                mib = math.ceil(amount / 2**20)
-                if mib <= 0:
-                    raise InvalidRequest(f"{key} must be a memory quantity greater than 0")
-                return mib
-    return None
-
-
-def whole_gpus_of(pod: Mapping[str, Any]) -> int:
-    """Whole GPUs a pod holds: the sum over its containers, or its largest init container if that is more."""
-    spec = pod.get("spec") or {}
-
-    def limit(container: Any) -> int:
-        limits = ((container or {}).get("resources") or {}).get("limits") or {}
-        value = parse_go_uint(str(limits.get(names.NVIDIA_GPU, "0")))
-        return value or 0
-
-    regular = sum(limit(c) for c in spec.get("containers") or [])
-    init = max((limit(c) for c in spec.get("initContainers") or []), default=0)
-    return max(regular, init)
 
 
 @dataclass

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import names
+from common.gpuclaims import GpuRequest
 from extender.ledger import Ledger, whole_refusal
-from extender.placement import GpuRequest, fits
+from extender.placement import fits
 
 log = logging.getLogger("extender.requeue")
 

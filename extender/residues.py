@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from common import bindrequest, names
-from extender.claims import meta
+from common.objects import meta
 
 RESIDUE_TTL_S = 30.0
 

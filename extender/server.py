@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from common.gpuclaims import InvalidRequest
 from extender import protocol
-from extender.placement import InvalidRequest
 from extender.verbs import Verbs
 
 log = logging.getLogger("extender.server")

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import bindrequest
+from common.gpuclaims import FULL, GpuRequest, InvalidRequest, request_of
 from extender.ledger import Ledger, Standing, standing_of, whole_refusal
-from extender.placement import FULL, GpuRequest, InvalidRequest, Policy, filter_nodes, placements, request_of, scores
+from extender.placement import Policy, filter_nodes, placements, scores
 
 log = logging.getLogger("extender.verbs")
 

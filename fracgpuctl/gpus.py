@@ -1,7 +1,9 @@
 """`fracgpu gpus`: which pods share which GPU, per node, read fresh from the API server.
 
-The grouping itself is common/gpu_allocation.py (the binder's allocation gauges use the same code); this module
-only reads the objects and prints them, as a table or as JSON.
+The grouping itself is common/gpu_allocation.py (the binder's allocation gauges use the same code), its shares the
+GPU accounting the extender places by (common/gpuclaims.py); this module only reads the objects and prints them, as
+a table or as JSON. A share the accounting cannot tell (it counts the whole GPU) prints with a `~`; `?` is a pod
+that nothing claims a GPU for yet.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def table(nodes: list[NodeAllocation]) -> str:
                 reservation = group.reservation_pod.split("/", 1)[1]
                 if group.reservation_phase and group.reservation_phase != "Running":
                     reservation += f" ({group.reservation_phase})"
-            pods = ", ".join(f"{member.key}={_share(member.share)}" for member in group.members) or "-"
+            pods = ", ".join(f"{member.key}={'~' if member.estimated else ''}{_share(member.share)}"
+                             for member in group.members) or "-"
             if group.stale:
                 status = f"stale: {group.stale}"
             elif group.reservation_pod is None:

@@ -17,6 +17,12 @@
   once another replica has written the lease since (a replica frozen and woken may land the one write it had on
   its way, within 1 s of waking: `Scene.woken`).
 * I7 no thread death: no uncaught traceback in a binder's log.
+* I8 no over-committed node: on every node, the devices held (one per Running reservation pod, the `nvidia.com/gpu`
+  limits of every Running whole-GPU pod) fit its allocatable `nvidia.com/gpu`, and the portions of the live bound
+  pods of each GPU group add up to at most one GPU.
+
+The checker is written apart from the product's GPU accounting (common/gpuclaims.py) and must not import it: it is
+the second opinion.
 """
 
 from __future__ import annotations
@@ -116,7 +122,7 @@ class _Reader:
 
 
 def check(client: KubeClient, scene: Scene) -> list[str]:
-    """Every violation of I1-I7 in `scene`, as one line each."""
+    """Every violation of I1-I8 in `scene`, as one line each."""
     state = _Reader.read(client, scene)
     violations: list[str] = []
     violations += _bind_outcomes(state, scene)
@@ -127,6 +133,7 @@ def check(client: KubeClient, scene: Scene) -> list[str]:
         violations += _double_binds(audit)
         violations += _single_writer(audit, scene.replicas, scene.woken)
     violations += _thread_deaths(scene.binder_logs)
+    violations += _over_commits(state, client.list_all("/api/v1/nodes").get("items") or [])
     return violations
 
 
@@ -338,4 +345,55 @@ def _thread_deaths(logs: Iterable[Path]) -> list[str]:
                     pass
             if line.startswith("Exception in thread") or line.startswith("Traceback"):
                 out.append(f"I7 uncaught exception in {path.name}: {line}")
+    return out
+
+
+def _gpu_limit(pod: dict[str, Any]) -> int:
+    """nvidia.com/gpu a pod holds: its containers' limits added up, or its largest init container's if more."""
+    def limit(container: dict[str, Any]) -> int:
+        value = str(((container.get("resources") or {}).get("limits") or {}).get(names.NVIDIA_GPU, "0"))
+        return int(value) if value.isdigit() else 0
+
+    spec = pod.get("spec") or {}
+    return max(sum(limit(c) for c in spec.get("containers") or []),
+               max((limit(c) for c in spec.get("initContainers") or []), default=0))
+
+
+def _portion(pod: dict[str, Any], requests: list[dict[str, Any]]) -> float:
+    """The GPU portion a bound pod holds: its Succeeded BindRequest's, else its gpu-fraction annotation's."""
+    for br in requests:
+        if (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED:
+            try:
+                return float(((br.get("spec") or {}).get("receivedGPU") or {}).get("portion", ""))
+            except ValueError:
+                pass
+    try:
+        return float((_meta(pod).get("annotations") or {}).get(names.GPU_FRACTION, "0"))
+    except ValueError:
+        return 0.0
+
+
+def _over_commits(state: _Reader, nodes: list[dict[str, Any]]) -> list[str]:
+    capacity = {}
+    for node in nodes:
+        value = str(((node.get("status") or {}).get("allocatable") or {}).get(names.NVIDIA_GPU, "0"))
+        capacity[_meta(node).get("name")] = int(value) if value.isdigit() else 0
+    held: Counter[str] = Counter()
+    for reservation in state.reservations:  # one device each, once the kubelet admitted it
+        node = (reservation.get("spec") or {}).get("nodeName")
+        if node and live(reservation) and (reservation.get("status") or {}).get("phase") == "Running":
+            held[node] += 1
+    shares: dict[tuple[str, str], float] = defaultdict(float)
+    for key, pod in state.pods.items():
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or not live(pod):
+            continue
+        if (pod.get("status") or {}).get("phase") == "Running":
+            held[node] += _gpu_limit(pod)
+        for group in group_labels(pod).values():
+            shares[(node, group)] += _portion(pod, state.by_pod.get(key, []))
+    out = [f"I8 over-committed node {node}: {count} nvidia.com/gpu held by Running pods, {capacity.get(node, 0)} "
+           f"allocatable" for node, count in sorted(held.items()) if count > capacity.get(node, 0)]
+    out += [f"I8 over-committed GPU group {group} on node {node}: portions add up to {total:.2f}"
+            for (node, group), total in sorted(shares.items()) if total > 1.0 + 1e-9]
     return out

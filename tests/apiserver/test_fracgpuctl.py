@@ -36,7 +36,8 @@ def test_gpus_json_names_the_shared_gpu_its_reservation_and_its_pod(observed):
     [group] = node["gpuGroups"]
     assert group["group"] == observed.group and group["gpuId"] == observed.gpu_id
     assert group["reservationPod"].startswith(f"{observed.reservation_namespace}/gpu-reservation-")
-    assert group["members"] == [{"pod": f"{observed.namespace}/shared", "share": 0.5, "phase": "Pending"}]
+    assert group["members"] == [{"pod": f"{observed.namespace}/shared", "share": 0.5, "estimated": False,
+                                 "phase": "Pending"}]
     assert (group["allocatedShare"], group["freeShare"], group["stale"]) == (0.5, 0.5, None)
 
 

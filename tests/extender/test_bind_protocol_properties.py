@@ -24,9 +24,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from common import names
 from common.bindrequest import backoff_limit, failed_for_good, fractional_gpu_groups, owner_pod_uid, selected_gpu_groups
+from common.gpuclaims import FULL, whole_gpus_of
 from common.gpugroups import compute_mode_annotation, pod_groups, requested_compute_mode, reservation_compute_mode
 from extender.ledger import Ledger
-from extender.placement import FULL, whole_gpus_of
 from extender.verbs import BindOutcome, StandingBindRequest, Verbs
 
 NS, RES_NS = "ns", names.DEFAULT_RESERVATION_NAMESPACE

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.bindrequest import fractional_gpu_groups
+from common.gpuclaims import MIXED_MODES, GpuRequest, InvalidRequest, bind_request_claim, request_of
 from extender.app import slim_gpu_pod
-from extender.claims import bind_request_claim
 from extender.ledger import Ledger, standing_of
-from extender.placement import MIXED_MODES, Fit, GpuRequest, InvalidRequest, NodeGpus, Policy, fit, fits, request_of
+from extender.placement import Fit, NodeGpus, Policy, fit, fits
 from extender.verbs import Verbs
 from tests.extender.ledger_kit import MODE_OF_MAIN, PlayedBinder, bind_request, fraction_pod, node, reservation_pod
 

@@ -8,8 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from common.gpuclaims import FULL, GpuRequest
 from extender.ledger import PENDING_TTL_S, Ledger
-from extender.placement import FULL, GpuRequest, Policy, fit
+from extender.placement import Policy, fit
 from extender.residues import RESIDUE_TTL_S
 from tests.extender.ledger_kit import bind_request, fraction_pod, node, reservation_pod
 

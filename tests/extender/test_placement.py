@@ -4,19 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.placement import (
-    GpuRequest,
-    InvalidRequest,
-    NodeGpus,
-    Policy,
-    filter_nodes,
-    fit,
-    fits,
-    groups_for,
-    placements,
-    request_of,
-    scores,
-)
+from common.gpuclaims import GpuRequest, InvalidRequest, request_of
+from extender.placement import NodeGpus, Policy, filter_nodes, fit, fits, groups_for, placements, scores
 
 
 def pod(annotations=None, gpu_limit=None):

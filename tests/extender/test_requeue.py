@@ -1,7 +1,7 @@
 """Freed GPUs are used at once: the extender wakes the scheduler for the pods it refused that fit now."""
 
+from common.gpuclaims import GpuRequest
 from extender.ledger import Ledger
-from extender.placement import GpuRequest
 from extender.requeue import Requeue
 from tests.extender.ledger_kit import fraction_pod, node, reservation_pod
 

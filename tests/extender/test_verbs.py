@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from common.gpuclaims import request_of
 from extender import protocol
 from extender.ledger import Ledger
-from extender.placement import request_of
 from extender.verbs import NOT_IN_CACHE, BindOutcome, Verbs, bind_request_manifest
 from tests.extender.ledger_kit import PlayedBinder, bind_request, node
 

@@ -92,3 +92,26 @@ def test_the_checker_reports_each_broken_promise(world: World) -> None:
     scene.woken = {"binder-a": 9.5}
     late = [line for line in check(world.client, scene) if line.startswith("I6")]
     assert len(late) == 1 and "10.9 s after" in late[0], late
+
+
+@pytest.mark.parametrize("world", [1], indirect=True)
+def test_the_checker_reports_a_node_holding_more_devices_than_it_has_and_a_group_over_one_gpu(world: World) -> None:
+    ns, node = world.namespace, "ghost-node"  # no Node object: 0 allocatable, and no player plays its pods
+
+    def running(namespace: str, name: str, labels: dict | None = None, annotations: dict | None = None,
+                gpus: int = 0) -> None:
+        resources = {"limits": {names.NVIDIA_GPU: str(gpus)}} if gpus else {}
+        world.client.create(pod_path(namespace), {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "resources": resources}]}})
+        world.client.patch(pod_path(namespace, name, "status"), {"status": {"phase": "Running"}})
+
+    for group in ("g-a", "g-b"):
+        running(world.reservation_namespace, f"rsv-{group}", labels={names.GPU_GROUP_LABEL: group})
+    running(ns, "whole", gpus=1)
+    for name in ("sixty-1", "sixty-2"):
+        running(ns, name, labels={names.GPU_GROUP_LABEL: "g-a"}, annotations={names.GPU_FRACTION: "0.6"})
+    found = [line for line in check(world.client, world.scene()) if line.startswith("I8")]
+    assert found == [f"I8 over-committed node {node}: 3 nvidia.com/gpu held by Running pods, 0 allocatable",
+                     f"I8 over-committed GPU group g-a on node {node}: portions add up to 1.20"], found
