@@ -30,7 +30,7 @@ class GroupReservations(Protocol):
 
 def fraction_groups(bind_request: dict[str, Any]) -> list[str]:
     """The GPU groups a Fraction BindRequest selected (none for any other kind), usable as label values."""
-    if not st.is_fraction(bind_request):
+    if not bindrequest.is_fraction(bind_request):
         return []
     return [group for group in bindrequest.selected_gpu_groups(bind_request) if st.is_group_name(group)]
 

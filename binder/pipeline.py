@@ -150,7 +150,7 @@ class Pipeline:
                         node_name, error, extra=fields)
 
         annotations = bind_annotations(ctx.bind_request)
-        if st.is_fraction(ctx.bind_request):
+        if bindrequest.is_fraction(ctx.bind_request):
             typed = bindrequest.fractional_gpu_groups(ctx.bind_request)
             if not typed:
                 raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
@@ -205,7 +205,7 @@ class Pipeline:
         current = (ctx.pod.get("metadata") or {}).get("annotations") or {}
         if all(current.get(key) == value for key, value in wanted.items()):
             return
-        if not ctx.bind_annotations and not st.is_fraction(ctx.bind_request):
+        if not ctx.bind_annotations and not bindrequest.is_fraction(ctx.bind_request):
             return
         ns, name = ctx.namespace, ctx.pod_name
         uid = (ctx.pod.get("metadata") or {}).get("uid")
@@ -282,7 +282,7 @@ class Pipeline:
         errors = [str(failure) for failure in run_step(self.plugins, "rollback", ctx)]
         if errors:
             errors = [f"failed to rollback plugins for pod <{ns}/{name}>: " + "\n".join(errors)]
-        if st.is_fraction(ctx.bind_request):
+        if bindrequest.is_fraction(ctx.bind_request):
             if current is not None:
                 try:
                     self.reservation.remove_pod_gpu_groups_connection(ctx.pod)

@@ -47,10 +47,6 @@ def replaced_pod_error(bind_request: dict[str, Any], pod: dict[str, Any]) -> str
             f"BindRequest was made for the pod with uid {owner}")
 
 
-def is_fraction(bind_request: dict[str, Any]) -> bool:
-    return spec(bind_request).get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
-
-
 def needs_binding(bind_request: dict[str, Any]) -> bool:
     """False for deleted, succeeded, and failed-with-no-attempts-left BindRequests."""
     if (bind_request.get("metadata") or {}).get("deletionTimestamp"):
@@ -134,7 +130,7 @@ def validate(bind_request: dict[str, Any]) -> str | None:
         return "invalid binding request: spec.selectedNode is empty"
     if not is_object_name(node):
         return f'invalid binding request: spec.selectedNode "{node}" is not a valid node name'
-    if not is_fraction(bind_request):
+    if not bindrequest.is_fraction(bind_request):
         return None
     typed = s.get("selectedFractionalGpuGroups")
     if typed:  # KAI v0.18: the typed groups win over the deprecated list when not empty
@@ -250,7 +246,7 @@ def already_bound_error(pod: dict[str, Any], selected_node: str,
     ref = f"pod {meta.get('namespace', '')}/{meta.get('name', '')}"
     if bound_to != selected_node:
         return f"{ref} is already bound to node {bound_to}, not to the selected node {selected_node}"
-    if bind_request is None or not is_fraction(bind_request):
+    if bind_request is None or not bindrequest.is_fraction(bind_request):
         return None
     selected = sorted(set(bindrequest.selected_gpu_groups(bind_request)))
     held = gpugroups.pod_groups(pod)

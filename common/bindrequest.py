@@ -13,6 +13,11 @@ from typing import Any
 from common import names
 
 
+def is_fraction(bind_request: Mapping[str, Any]) -> bool:
+    """A shared-GPU bind (`receivedResourceType: Fraction`): reservation pods, GPU groups and ConfigMaps."""
+    return (bind_request.get("spec") or {}).get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
+
+
 def owner_pod_uid(bind_request: Mapping[str, Any]) -> str:
     """The uid of the pod the BindRequest was written for: its owner reference of kind Pod named `spec.podName`
     (the scheduler sets it), or "" when there is none."""

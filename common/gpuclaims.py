@@ -230,7 +230,7 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         return None
     member = bind_request_member(bind_request)
     received = spec.get("receivedGPU") or {}
-    if spec.get("receivedResourceType") != names.RECEIVED_TYPE_FRACTION:
+    if not bindrequest.is_fraction(bind_request):
         count = received.get("count")
         whole = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
         return (node, Claim(member, whole=whole)) if whole else None

@@ -22,11 +22,16 @@ def pod_groups(pod: Mapping[str, Any]) -> list[str]:
     return sorted({value for key, value in labels.items() if value and is_group_label(key)})
 
 
+def multi_group_label(group: str) -> str:
+    """The label a multi-device pod carries for each of its groups: `runai-gpu-group/<group>`."""
+    return names.MULTI_GPU_GROUP_LABEL_PREFIX + group
+
+
 def group_labels(groups: list[str]) -> dict[str, str]:
     """The labels that put a pod in `groups`: the single-group label, or one per group for several."""
     if len(groups) == 1:
         return {names.GPU_GROUP_LABEL: groups[0]}
-    return {f"{names.MULTI_GPU_GROUP_LABEL_PREFIX}{group}": group for group in groups}
+    return {multi_group_label(group): group for group in groups}
 
 
 def compute_mode_annotation(container: str) -> str:

@@ -42,7 +42,7 @@ class Residues:
         spec = bind_request.get("spec") or {}
         node = spec.get("selectedNode")
         version = resource_version(bind_request)
-        if spec.get("receivedResourceType") != names.RECEIVED_TYPE_FRACTION or not node or version is None \
+        if not bindrequest.is_fraction(bind_request) or not node or version is None \
                 or self._pods_version >= version:
             return {}  # the pod cache is past this event: it shows every reservation pod made before it
         left = {group: node for group in bindrequest.selected_gpu_groups(bind_request)

@@ -1,4 +1,5 @@
-"""GPU-group labels on pods and the reservation pod's name: pure functions, no API calls."""
+"""GPU-group labels on pods and the reservation pod's name: pure functions, no API calls. Which labels are group
+labels, and a pod's groups, are common/gpugroups.py's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from typing import Any
 
 from common import names
+from common.gpugroups import is_group_label, multi_group_label
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -24,27 +26,6 @@ def reservation_pod_name(node_name: str, group: str) -> str:
     """`gpu-reservation-` + the first 8 bytes of sha256(node + "/" + group) in lowercase hex."""
     digest = hashlib.sha256(f"{node_name}/{group}".encode()).hexdigest()[:16]
     return f"{names.RESERVATION_POD_NAME_PREFIX}-{digest}"
-
-
-def multi_group_label(group: str) -> str:
-    return names.MULTI_GPU_GROUP_LABEL_PREFIX + group
-
-
-def is_group_label(key: str) -> bool:
-    return key == names.GPU_GROUP_LABEL or key.startswith(names.MULTI_GPU_GROUP_LABEL_PREFIX)
-
-
-def gpu_groups_of(pod: dict[str, Any]) -> list[str]:
-    """Every GPU group a pod belongs to: its `runai-gpu-group` value and every `runai-gpu-group/<g>` value.
-
-    Unlike the reference, multi-device pods (which carry only `runai-gpu-group/<g>` labels) count too
-    (docs/decisions.md §2.6), so their completion and deletion trigger GC like any other fraction pod's.
-    """
-    groups: list[str] = []
-    for key, value in sorted(labels_of(pod).items()):
-        if is_group_label(key) and value and value not in groups:
-            groups.append(value)
-    return groups
 
 
 def has_group_label(pod: dict[str, Any]) -> bool:

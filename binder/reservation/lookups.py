@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from binder.reservation.gc import TERMINAL_BIND_REQUEST_PHASES
-from binder.reservation.groups import has_group_label, labels_of, multi_group_label
+from binder.reservation.groups import has_group_label, labels_of
 from common import bindrequest, names
+from common.gpugroups import multi_group_label
 from common.kube.client import ApiError, bindrequest_path, pod_path
 
 if TYPE_CHECKING:

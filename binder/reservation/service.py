@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from binder.reservation import gc
 from binder.reservation.groups import (
-    gpu_groups_of,
     labels_of,
 )
 from binder.reservation.labels import LabelError, PodLabels
@@ -81,7 +80,7 @@ class ReservationService:
     def sync_all(self) -> None:
         """Start-up GC over every GPU group in the cluster (leader only). Logs failures, never raises."""
         try:
-            groups = sorted({group for pod in self.reads.grouped_pods() for group in gpu_groups_of(pod)})
+            groups = sorted({group for pod in self.reads.grouped_pods() for group in gpugroups.pod_groups(pod)})
         except Exception:  # noqa: BLE001 - a start-up GC failure must not take the binder down
             log.exception("start-up reservation sync could not list pods")
             return
@@ -98,7 +97,8 @@ class ReservationService:
         A group whose lock is held (a reservation of up to the allocation timeout, another sync) is skipped,
         not waited for: whoever holds it is working on that group, and a bind on the node must not queue
         behind it (M7)."""
-        groups = sorted({group for pod in self.reads.grouped_pods_on_node(node_name) for group in gpu_groups_of(pod)})
+        on_node = self.reads.grouped_pods_on_node(node_name)
+        groups = sorted({group for pod in on_node for group in gpugroups.pod_groups(pod)})
         first_error: Exception | None = None
         for group in groups:
             try:

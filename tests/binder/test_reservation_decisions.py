@@ -11,7 +11,6 @@ from binder.reservation import gc
 from binder.reservation.groups import (
     MultiFractionError,
     fraction_device_count,
-    gpu_groups_of,
     group_label_for,
     group_label_keys,
     remove_labels_patch,
@@ -21,6 +20,7 @@ from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import belongs_to_group
 from binder.reservation.podspec import build_reservation_pod, reservation_resources
 from binder.reservation.settings import ReservationSettings
+from common.gpugroups import pod_groups
 
 
 def pod(name="p", namespace="team", phase="Running", labels=None, annotations=None, conditions=None):
@@ -112,9 +112,9 @@ def test_single_device_pods_get_the_group_label_multi_device_pods_one_label_per_
 
 def test_gpu_groups_include_multi_device_labels_even_without_the_base_label():
     multi = pod(labels={"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2", "app": "x"})
-    assert gpu_groups_of(multi) == ["g1", "g2"]
-    assert gpu_groups_of(pod(labels={"runai-gpu-group": "g1"})) == ["g1"]
-    assert gpu_groups_of(pod(labels={"app": "x"})) == []
+    assert pod_groups(multi) == ["g1", "g2"]
+    assert pod_groups(pod(labels={"runai-gpu-group": "g1"})) == ["g1"]
+    assert pod_groups(pod(labels={"app": "x"})) == []
 
 
 def test_group_label_removal_is_a_merge_patch_of_every_group_key():

@@ -27,10 +27,6 @@ log = logging.getLogger("binder.plugins.gpusharing")
 
 
 # ---------------------------------------------------------------------------------------------- decisions
-def is_fraction_bind(bind_request: dict[str, Any]) -> bool:
-    return (bind_request.get("spec") or {}).get("receivedResourceType") == names.RECEIVED_TYPE_FRACTION
-
-
 def visible_devices_value(gpu_ids: list[str], cdi_enabled: bool) -> str:
     """Comma-joined ids in selectedGPUGroups order; CDI device names with cdiEnabled."""
     if cdi_enabled:
@@ -98,7 +94,7 @@ class GpuSharingPlugin(PluginDefaults):
 
     def precheck(self, ctx: BindContext) -> None:
         """Before any side effect (reservation pods): the checks of prebind that need no GPU id (L6)."""
-        if is_fraction_bind(ctx.bind_request):
+        if bindrequest.is_fraction(ctx.bind_request):
             self._fraction_pod(ctx)
 
     @staticmethod
@@ -121,7 +117,7 @@ class GpuSharingPlugin(PluginDefaults):
         return ctx.spec["receivedGPU"]["portion"], ref, capabilities
 
     def prebind(self, ctx: BindContext) -> None:
-        if not is_fraction_bind(ctx.bind_request):
+        if not bindrequest.is_fraction(ctx.bind_request):
             return
         pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
         portion, ref, capabilities = self._fraction_pod(ctx)
@@ -148,7 +144,7 @@ class GpuSharingPlugin(PluginDefaults):
         return None
 
     def rollback(self, ctx: BindContext) -> None:
-        if not is_fraction_bind(ctx.bind_request):
+        if not bindrequest.is_fraction(ctx.bind_request):
             return
         try:
             ref = fraction_container_ref(ctx.pod)

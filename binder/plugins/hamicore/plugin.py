@@ -22,8 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
 from binder.plugins.configmaps import set_configmap_keys
-from binder.plugins.gpusharing.plugin import is_fraction_bind
-from common import names
+from common import bindrequest, names
 from common.configmaps import existing_capabilities_configmap_name
 from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.gpu_request import parse_go_float
@@ -94,7 +93,7 @@ class HamiCorePlugin(PluginDefaults):
         self.limit_skipped = limit_skipped_counter(registry)
 
     def prebind(self, ctx: BindContext) -> None:
-        if not is_fraction_bind(ctx.bind_request):
+        if not bindrequest.is_fraction(ctx.bind_request):
             return
         limit = memory_limit(ctx.node, ctx.spec.get("receivedGPU"))
         if isinstance(limit, NoLimit):

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.gpusharing.plugin import is_fraction_bind, visible_devices_value
-from common import names
+from binder.plugins.gpusharing.plugin import visible_devices_value
+from common import bindrequest, names
 from common.fraction_request import FractionRequestError, annotation_key, fraction_container_ref
 from common.gpu_request import parse_go_float
 from common.kube_quantity import mebibytes
@@ -66,7 +66,7 @@ class NvFractionsPlugin(PluginDefaults):
         self.cdi_enabled = cdi_enabled
 
     def prebind(self, ctx: BindContext) -> None:
-        if not is_fraction_bind(ctx.bind_request):
+        if not bindrequest.is_fraction(ctx.bind_request):
             return
         try:
             container = nvfractions_container(ctx.pod)
