@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from common.quantity import InvalidQuantity, quantity_number
+from common.quantity import InvalidQuantity, quantity_value
 
 
 class PodDecodeError(ValueError):
@@ -78,7 +78,7 @@ def _check_container(container: dict[str, Any], path: str) -> None:
         quantities = _expect(resources.get(field), dict, f"{path}.resources.{field}") or {}
         for resource, quantity in quantities.items():
             try:
-                quantity_number(quantity)
+                quantity_value(quantity)
             except InvalidQuantity as error:
                 raise PodDecodeError(f"{path}.resources.{field}[{resource}]: {error}") from None
 

@@ -13,8 +13,8 @@ and names a parsed request in a message with `String()`. So both directions are 
   `e<n>` for a quantity typed with an exponent. Where ParseQuantity takes its shortcut it keeps the text as typed
   (a `+` or leading zeros included), and String() gives that text back.
 
-common/quantity.py is the other quantity module: it reads the container resources of a pod as the JSON decoder
-does (spaces trimmed, numbers allowed); this one reads annotation strings.
+common/quantity.py wraps this parser for the container resources of a pod as the JSON decoder hands them over
+(spaces trimmed, numbers and null allowed).
 """
 
 from __future__ import annotations
