@@ -12,7 +12,7 @@ from typing import Any
 from binder.plugins.base import BindContext
 from binder.plugins.volumebinding.apply import claim_path, pv_path
 from common import names
-from common.kube.client import ApiError, KubeClient
+from common.kube.client import KubeClient
 from testbed.cluster.kube import BackgroundPoller
 
 PROVISIONER = "example.com/fake-provisioner"
@@ -87,12 +87,7 @@ def mark_bound(api: KubeClient, claim: dict[str, Any], pv_name: str) -> None:
 
 
 def get(api: KubeClient, path: str) -> dict[str, Any] | None:
-    try:
-        return api.get(path)
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
+    return api.get_or_none(path)
 
 
 class PvController(BackgroundPoller):

@@ -27,18 +27,9 @@ def storage_class_path(name: str) -> str:
     return f"/apis/storage.k8s.io/v1/storageclasses/{name}"
 
 
-def _get_or_none(client: KubeClient, path: str) -> dict[str, Any] | None:
-    try:
-        return client.get(path)
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
-
-
 # ---------------------------------------------------------------------- reads
 def read_claims(client: KubeClient, namespace: str, wanted: list[vp.PodClaim]) -> dict[str, dict[str, Any] | None]:
-    return {c.name: _get_or_none(client, claim_path(namespace, c.name)) for c in wanted}
+    return {c.name: client.get_or_none(claim_path(namespace, c.name)) for c in wanted}
 
 
 def read_classes(client: KubeClient, claims: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
@@ -48,18 +39,18 @@ def read_classes(client: KubeClient, claims: list[dict[str, Any]]) -> dict[str, 
         name = (claim.get("spec") or {}).get("storageClassName") or ""
         if not name or name in classes or (claim.get("spec") or {}).get("volumeName"):
             continue
-        classes[name] = _get_or_none(client, storage_class_path(name))
+        classes[name] = client.get_or_none(storage_class_path(name))
         if classes[name] is None:
             raise vp.VolumeBindingError(f'storageclass.storage.k8s.io "{name}" not found')
     return classes
 
 
 def read_claim(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
-    return _get_or_none(client, claim_path(namespace, name))
+    return client.get_or_none(claim_path(namespace, name))
 
 
 def read_pv(client: KubeClient, name: str) -> dict[str, Any] | None:
-    return _get_or_none(client, pv_path(name))
+    return client.get_or_none(pv_path(name))
 
 
 def list_pvs(client: KubeClient) -> list[dict[str, Any]]:
@@ -143,7 +134,7 @@ def clear_selected_node(client: KubeClient, namespace: str, name: str, node_name
     """Take back a provisioning request that has not been served: remove the annotation while the claim is
     unbound and still asks for this node. Returns whether it was removed."""
     def attempt() -> bool:
-        claim = _get_or_none(client, claim_path(namespace, name))
+        claim = client.get_or_none(claim_path(namespace, name))
         if claim is None or (claim.get("spec") or {}).get("volumeName"):
             return False
         meta = claim["metadata"]
@@ -162,11 +153,11 @@ def release_pv(client: KubeClient, pv_name: str, claim: dict[str, Any]) -> bool:
     meta = claim["metadata"]
 
     def attempt() -> bool:
-        pv = _get_or_none(client, pv_path(pv_name))
+        pv = client.get_or_none(pv_path(pv_name))
         ref = ((pv or {}).get("spec") or {}).get("claimRef") or {}
         if pv is None or ref.get("uid") != meta.get("uid") or ref.get("name") != meta["name"]:
             return False
-        current = _get_or_none(client, claim_path(meta["namespace"], meta["name"]))
+        current = client.get_or_none(claim_path(meta["namespace"], meta["name"]))
         if current is not None and (current.get("spec") or {}).get("volumeName") == pv_name:
             return False
         client.patch(pv_path(pv_name), {
