@@ -67,8 +67,13 @@ class BoundWatcher:
                     name = obj["metadata"].get("name")
                     if obj.get("spec", {}).get("nodeName") and name not in self.bound:
                         self.bound[name] = time.monotonic()
-            except ApiError:
+            except Exception:  # noqa: BLE001 - an API blip, or the control plane stopped after the run
+                if self._stop:
+                    return
                 time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop = True
 
     def wait(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -168,6 +173,7 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
         return {"binds_per_s": (args.count - 1) / (times[-1] - times[0]), "rss_mib": binder.rss_mib(),
                 "bound_s": times[-1] - times[0], "settled_s": settled - times[0], "cpu_s": binder.cpu_s()}
     finally:
+        watcher.stop()
         binder.stop()
 
 
@@ -203,6 +209,7 @@ def run_paced(plane, client, args, ns: str, nodes: list[str], fraction: bool, lo
         latencies = [watcher.bound[name] - created[name] for name in created]
         return {"p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99)}
     finally:
+        watcher.stop()
         binder.stop()
 
 

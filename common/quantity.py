@@ -7,6 +7,7 @@ text, null is the zero quantity, and anything else is refused with the API serve
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 from common import kube_quantity
@@ -35,10 +36,20 @@ def quantity_value(value: object) -> Fraction:
         text = value.strip(_GO_SPACES)
     else:
         raise InvalidQuantity(value)
+    parsed = _parse(text)
+    if parsed is None:
+        raise InvalidQuantity(value)
+    return parsed
+
+
+# Every review reads a pod's quantities, and a cluster's pods repeat a few texts ("1", "500m", "8Gi"): an exact
+# parse costs ~15 us, a cached one ~0.2 us.
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Fraction | None:
     try:
         return kube_quantity.parse_quantity(text).value
     except kube_quantity.InvalidQuantity:
-        raise InvalidQuantity(value) from None
+        return None
 
 
 def is_nonzero_quantity(value: object) -> bool:
