@@ -18,8 +18,10 @@
   its way, within 1 s of waking: `Scene.woken`).
 * I7 no thread death: no uncaught traceback in a binder's log.
 * I8 no over-committed node: on every node, the devices held (one per Running reservation pod, the `nvidia.com/gpu`
-  limits of every Running whole-GPU pod) fit its allocatable `nvidia.com/gpu`, and the portions of the live bound
-  pods of each GPU group add up to at most one GPU.
+  limits of every Running whole-GPU pod) fit its allocatable `nvidia.com/gpu`; with `Scene.check_group_shares`, also
+  the portions of the live bound pods of each GPU group add up to at most one GPU. That second half judges the
+  scheduler's decisions, not the binder's (the binder binds what the scheduler chose), so it is off where the
+  scheduler is a simulator told to share groups beyond one GPU.
 
 The checker is written apart from the product's GPU accounting (common/gpuclaims.py) and must not import it: it is
 the second opinion.
@@ -61,6 +63,8 @@ class Scene:
     # Also require a PodBound condition on every pod with a Succeeded BindRequest. Not a docs/decisions.md §2.2 promise
     # (that one is "never a false condition"); a replica that exits with the condition write pending loses it.
     require_condition: bool = False
+    # I8's share half: only where the scheduler keeps groups within one GPU (see the module docstring).
+    check_group_shares: bool = False
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +137,7 @@ def check(client: KubeClient, scene: Scene) -> list[str]:
         violations += _double_binds(audit)
         violations += _single_writer(audit, scene.replicas, scene.woken)
     violations += _thread_deaths(scene.binder_logs)
-    violations += _over_commits(state, client.list_all("/api/v1/nodes").get("items") or [])
+    violations += _over_commits(state, client.list_all("/api/v1/nodes").get("items") or [], scene.check_group_shares)
     return violations
 
 
@@ -373,7 +377,7 @@ def _portion(pod: dict[str, Any], requests: list[dict[str, Any]]) -> float:
         return 0.0
 
 
-def _over_commits(state: _Reader, nodes: list[dict[str, Any]]) -> list[str]:
+def _over_commits(state: _Reader, nodes: list[dict[str, Any]], check_group_shares: bool) -> list[str]:
     capacity = {}
     for node in nodes:
         value = str(((node.get("status") or {}).get("allocatable") or {}).get(names.NVIDIA_GPU, "0"))
@@ -394,6 +398,7 @@ def _over_commits(state: _Reader, nodes: list[dict[str, Any]]) -> list[str]:
             shares[(node, group)] += _portion(pod, state.by_pod.get(key, []))
     out = [f"I8 over-committed node {node}: {count} nvidia.com/gpu held by Running pods, {capacity.get(node, 0)} "
            f"allocatable" for node, count in sorted(held.items()) if count > capacity.get(node, 0)]
-    out += [f"I8 over-committed GPU group {group} on node {node}: portions add up to {total:.2f}"
-            for (node, group), total in sorted(shares.items()) if total > 1.0 + 1e-9]
+    if check_group_shares:
+        out += [f"I8 over-committed GPU group {group} on node {node}: portions add up to {total:.2f}"
+                for (node, group), total in sorted(shares.items()) if total > 1.0 + 1e-9]
     return out

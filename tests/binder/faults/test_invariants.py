@@ -112,6 +112,10 @@ def test_the_checker_reports_a_node_holding_more_devices_than_it_has_and_a_group
     running(ns, "whole", gpus=1)
     for name in ("sixty-1", "sixty-2"):
         running(ns, name, labels={names.GPU_GROUP_LABEL: "g-a"}, annotations={names.GPU_FRACTION: "0.6"})
-    found = [line for line in check(world.client, world.scene()) if line.startswith("I8")]
+    scene = world.scene()
+    found = [line for line in check(world.client, scene) if line.startswith("I8")]
+    assert found == [f"I8 over-committed node {node}: 3 nvidia.com/gpu held by Running pods, 0 allocatable"], found
+    scene.check_group_shares = True  # a scheduler that keeps groups within one GPU: its decisions are judged too
+    found = [line for line in check(world.client, scene) if line.startswith("I8")]
     assert found == [f"I8 over-committed node {node}: 3 nvidia.com/gpu held by Running pods, 0 allocatable",
                      f"I8 over-committed GPU group g-a on node {node}: portions add up to 1.20"], found
