@@ -23,7 +23,7 @@ from typing import Any
 
 from common import gpuclaims, names
 from common.bindrequest import is_over, selected_gpu_groups
-from common.gpu_request import parse_go_float, parse_go_uint
+from common.gpu_request import parse_go_uint
 from common.gpugroups import pod_groups
 from common.objects import meta as _meta
 
@@ -75,33 +75,21 @@ def member_shares(pod: Mapping[str, Any], bind_requests: Iterable[Mapping[str, A
     """group -> (share, estimated) the accounting counts for this pod: its own claim once bound, else its
     BindRequests' (the largest share any of them gives, as the extender counts it)."""
     state = gpuclaims.pod_state(pod)
-    claims: list[tuple[str, gpuclaims.Claim, bool]] = []  # (node, claim, its shares are a whole-GPU stand-in)
+    claims: list[tuple[str, gpuclaims.Claim]] = []
     if state.node and not state.ended:
         claim = gpuclaims.pod_claim(pod, reservation_namespace)
         if claim is not None:
-            claims.append((state.node, claim, claim.groups and not _readable_fraction(pod)))
-    for bind_request in bind_requests:
-        outcome = gpuclaims.bind_request_claim(bind_request, state)
-        if outcome is not None:
-            received = (bind_request.get("spec") or {}).get("receivedGPU") or {}
-            portion = parse_go_float(str(received.get("portion", "")))
-            claims.append((*outcome, portion is None or portion <= 0))
+            claims.append((state.node, claim))
+    claims += [outcome for outcome in (gpuclaims.bind_request_claim(br, state) for br in bind_requests) if outcome]
     shares: dict[str, tuple[float, bool]] = {}
-    for node, claim, stand_in in claims:
+    for node, claim in claims:
         memory = node_memory_mib.get(node)
         _, hundredths = gpuclaims.usage([claim], memory)
         for (group, _member), share in hundredths.items():
-            estimated = bool(stand_in) if group in claim.groups else not memory
+            estimated = claim.guessed if group in claim.groups else not memory
             if group not in shares or share / gpuclaims.FULL > shares[group][0]:
                 shares[group] = (share / gpuclaims.FULL, estimated)
     return shares
-
-
-def _readable_fraction(pod: Mapping[str, Any]) -> bool:
-    try:
-        return gpuclaims.request_of(pod, known_modes_only=False).fraction is not None
-    except gpuclaims.InvalidRequest:
-        return False
 
 
 def node_memory(node: Mapping[str, Any]) -> int | None:

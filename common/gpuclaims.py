@@ -154,6 +154,9 @@ class Claim:
     memory_groups: Mapping[str, int] = field(default_factory=dict)
     # group id -> the compute sharing mode this source gives it; a group not named here: time-slicing
     modes: Mapping[str, str] = field(default_factory=dict)
+    # The shares in `groups` are the whole GPU counted because the source's own share could not be read (no
+    # readable fraction, no portion): counted so nothing is placed on top, reported as an estimate.
+    guessed: bool = False
 
     def group_ids(self) -> set[str]:
         return set(self.groups) | set(self.memory_groups)
@@ -206,8 +209,9 @@ def pod_claim(pod: Mapping[str, Any], reservation_namespace: str) -> Claim | Non
     modes = dict.fromkeys(groups, requested_compute_mode(pod))
     if request is not None and request.memory_mib is not None:
         return Claim(member, memory_groups={group: request.memory_mib for group in groups}, modes=modes)
-    share = request.fraction if request is not None and request.fraction is not None else FULL
-    return Claim(member, groups={group: share for group in groups}, modes=modes)
+    known = request is not None and request.fraction is not None
+    share = request.fraction if known else FULL
+    return Claim(member, groups={group: share for group in groups}, modes=modes, guessed=not known)
 
 
 def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) -> tuple[str, Claim] | None:
@@ -235,9 +239,10 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         whole = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
         return (node, Claim(member, whole=whole)) if whole else None
     portion = parse_go_float(str(received.get("portion", "")))
-    share = to_hundredths(portion) if portion is not None and portion > 0 else FULL
+    known = portion is not None and portion > 0
+    share = to_hundredths(portion) if known else FULL
     modes = bind_request_modes(bind_request)
-    return (node, Claim(member, groups=dict.fromkeys(modes, share), modes=modes)) if modes else None
+    return (node, Claim(member, groups=dict.fromkeys(modes, share), modes=modes, guessed=not known)) if modes else None
 
 
 def bind_request_modes(bind_request: Mapping[str, Any]) -> dict[str, str]:
