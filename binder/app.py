@@ -101,7 +101,6 @@ class BinderApp:
         self.workers: list[threading.Thread] = []
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
-        self.working = threading.Event()  # set once this process may bind (leader, or no leader election)
         self.lost_lease = False
         self.controller.watch()
         self.groups.watch()
@@ -126,7 +125,6 @@ class BinderApp:
         self.caches.retry_now()
         if self.settings.leader_elect:
             self.metrics.leader_election.labels(self.settings.leader_election_id).set(1)
-        self.working.set()
         self.groups.work.start("group-worker")
         self.controller.work.start("bind-worker")
         # A standby queued nothing: every BindRequest its cache holds now (groups: the start-up GC below).
@@ -151,7 +149,7 @@ class BinderApp:
 
     def _allocation_objects(self) -> tuple[list[dict], list[dict], list[dict]] | None:
         """What the GPU allocation gauges are computed from; None on a standby (the leader reports them)."""
-        if not self.working.is_set() or not self.caches.synced:
+        if not self.controller.work.started or not self.caches.synced:  # a standby does not report
             return None
         return allocation_objects(self.caches.pods, self.caches.bindrequests, self.caches.nodes,
                                   self.settings.reservation.namespace, INDEX_GPU_GROUP)
