@@ -8,7 +8,7 @@
 # fracgpu (the last stage, the default): every program. The entry point is `python -m`; the first argument names
 # the program, so the manifests run `admission ...`, `binder ...`, `certs ensure ...` and `extender ...`. With no
 # argument it runs the reservation pod program (`binder.reservation`), as the reference's image does.
-# reservation: only the reservation pod program, pulled onto every GPU node: NVML, requests and PyYAML, no
+# reservation: only the reservation pod program, pulled onto every GPU node: NVML, urllib3 and PyYAML, no
 # `kubernetes`, Flask or cryptography. Point the binder's --resource-reservation-pod-image at it.
 #
 # Reproducible: third-party code comes only from requirements/*.lock (`make lock`), every file checked against its

@@ -6,7 +6,8 @@ API server: `--calls` ConfigMap creates from `--threads` threads, asking for JSO
 protobuf answers (the body unread, as a Binding's or an Event's is), without and with two cluster-wide
 ConfigMap watches open; CPU of kube-apiserver and etcd per create, from /proc.
 Client: CPU of one thread per GET and per merge PATCH of a ConfigMap, through common/kube/client.py (the
-`requests` session every program uses) and through a bare urllib3 pool with the same TLS material.
+client every program uses: token bucket, fencing, retries, metrics hook, over one urllib3 pool) and through a
+bare urllib3 pool with the same TLS material (what the client's own work adds to urllib3's).
 Prints a Markdown table for docs/benchmarks.md.
 """
 
@@ -44,15 +45,15 @@ def server_cost(plane: ControlPlane, namespace: str, accept: str, args) -> tuple
     KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1).create(
         "/api/v1/namespaces", {"metadata": {"name": namespace}})
     client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
-    client.session.headers["Accept"] = accept  # the answer is not decoded: only its status is read
+    client._headers["Accept"] = accept  # the answer is not decoded: only its status is read
     apiserver, etcd = plane.process("kube-apiserver").pid, plane.process("etcd").pid
     path = f"/api/v1/namespaces/{namespace}/configmaps"
 
     def create(i: int) -> None:
         body = {"metadata": {"name": f"cm{i}", "labels": {"app": "bench"}}, "data": {"key": "v" * 40}}
         response = client._send("POST", path, body=body, params=None, content_type=JSON, timeout=None, stream=False)
-        if response.status_code != 201:
-            raise RuntimeError(f"create answered {response.status_code}: {response.text[:200]}")
+        if response.status != 201:
+            raise RuntimeError(f"create answered {response.status}: {response.data[:200]!r}")
 
     before = (cpu_s(apiserver), cpu_s(etcd), time.monotonic())
     with ThreadPoolExecutor(args.threads) as pool:
@@ -94,13 +95,12 @@ def client_cost(client: KubeClient, calls: int) -> dict[str, float]:
 
     measure("KubeClient GET", lambda i: client.get(path))
     measure("KubeClient PATCH", lambda i: client.patch(path, {"data": {"k": str(i)}}))
-    session = client.session
-    context = ssl.create_default_context(cafile=session.verify if isinstance(session.verify, str) else None)
-    if session.cert:
-        context.load_cert_chain(*session.cert) if isinstance(session.cert, tuple) else context.load_cert_chain(
-            session.cert)
+    tls = client.connections._pool_kwargs
+    context = ssl.create_default_context(cafile=tls.get("ca_certs"))
+    if tls.get("cert_file"):
+        context.load_cert_chain(tls["cert_file"], tls.get("key_file"))
     pool = urllib3.PoolManager(ssl_context=context, maxsize=4)
-    headers = {"Accept": JSON, **client._auth_headers()}
+    headers = {key: value for key, value in client._request_headers().items() if key in ("Accept", "Authorization")}
     patch_headers = {**headers, "Content-Type": "application/merge-patch+json"}
     url = client.host + path
     measure("urllib3 GET", lambda i: json.loads(pool.request("GET", url, headers=headers).data))

@@ -3,7 +3,7 @@
 Every call, watches included, first takes a token from one client-side bucket (`--qps` / `--burst`),
 so the whole process stays within the rate it was given, as client-go's rest client does.
 Authentication and TLS come from a kubeconfig or the in-cluster service account (common/kube/kubeconfig.py,
-without the `kubernetes` package); the requests themselves go through one pooled `requests.Session`.
+without the `kubernetes` package); the requests themselves go through one urllib3 pool (common/kube/transport.py).
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlencode
 
-import requests
+import urllib3
+from urllib3.exceptions import HTTPError
+from urllib3.response import BaseHTTPResponse
 
 from common.kube import kubeconfig, retry
 from common.kube.fencing import WRITE_METHODS, WriteGuard
 from common.kube.paths import bindrequest_path, configmap_path, events_path, node_path, pod_path
 from common.kube.tokenbucket import ResourceBuckets, TokenBucket
-from common.kube.transport import KeepAliveAdapter
+from common.kube.transport import Connections, is_timeout
 
 __all__ = ["ApiError", "FencedError", "KubeClient", "TokenBucket", "TransportError", "WatchIdle",
            "bindrequest_path", "configmap_path", "events_path", "node_path", "pod_path"]
@@ -110,16 +113,29 @@ class TransportError(ApiError):
         self.cause = cause
 
 
-def _error_from_response(method: str, path: str, response: requests.Response) -> ApiError:
+def _error_from_response(method: str, path: str, response: BaseHTTPResponse) -> ApiError:
+    data = response.data or b""
     try:
-        body = response.json()
+        body = json.loads(data)
     except ValueError:
         body = {}
     if not isinstance(body, dict):
         body = {}
-    message = body.get("message") or response.text.strip() or f"{method} {path}: HTTP {response.status_code}"
+    message = body.get("message") or data.decode("utf-8", "replace").strip() or \
+        f"{method} {path}: HTTP {response.status}"
     reason = body.get("reason") or response.reason or ""
-    return ApiError(response.status_code, reason, message, body)
+    return ApiError(response.status, reason, message, body)
+
+
+def _query(params: dict) -> str:
+    """The query string as `requests` wrote it: parameters whose value is None are left out."""
+    return urlencode({key: value for key, value in params.items() if value is not None}, doseq=True)
+
+
+def _timeout(timeout: float | tuple[float, float | None]) -> urllib3.Timeout:
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return urllib3.Timeout(connect=min(CONNECT_TIMEOUT, timeout), read=timeout)
 
 
 class KubeClient:
@@ -135,16 +151,11 @@ class KubeClient:
         self.bucket = TokenBucket(qps, burst)
         self._token = token
         self._token_source = token_source
-        self.session = requests.Session()
-        self.session.trust_env = False
-        self._adapter = KeepAliveAdapter(pool_connections=4, pool_maxsize=pool_size)
-        self.session.mount("https://", self._adapter)
-        self.session.mount("http://", self._adapter)
-        self.session.verify = ca_file if (verify and ca_file) else verify
-        if cert_file:
-            self.session.cert = (cert_file, key_file) if key_file else cert_file
-        self.session.headers["Accept"] = "application/json"
-        self.session.headers["User-Agent"] = user_agent  # names the program in audit logs
+        self.connections = Connections(self.host, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
+                                       verify=verify, pool_size=pool_size)
+        self._headers = {"Accept": "application/json", "Accept-Encoding": "gzip",
+                         "User-Agent": user_agent}  # the user agent names the program in audit logs
+        self._default_timeout = _timeout(self.timeout)
         # Called after every answered request with (verb, HTTP status); metrics hook in here.
         self.on_response: Callable[[str, int], None] | None = None
         self._spare_tokens_only = False
@@ -157,7 +168,7 @@ class KubeClient:
         self.guard = WriteGuard()
 
     def for_lease(self, qps: float = 5.0, burst: int = 10) -> KubeClient:
-        """The same session for leader election: its own token bucket, so a lease renew never queues
+        """The same connections for leader election: its own token bucket, so a lease renew never queues
         behind binds (controller-runtime gives leader election its own client too), no fencing, and only
         short retries."""
         view = copy.copy(self)
@@ -199,7 +210,7 @@ class KubeClient:
             time.sleep(max(0.001, min(wait_reserved, wait_spare)))
 
     def background(self) -> KubeClient:
-        """The same client (session, credentials, bucket) for work that may wait for the bind path:
+        """The same client (connections, credentials, bucket) for work that may wait for the bind path:
         its calls use only tokens the bind path leaves over (TokenBucket.acquire_spare). With per-resource
         limits, a second client's budget instead (its own bucket per resource)."""
         view = copy.copy(self)
@@ -232,16 +243,15 @@ class KubeClient:
         )
 
     # ------------------------------------------------------------------ core
-    def _auth_headers(self) -> dict[str, str]:
+    def _request_headers(self) -> dict[str, str]:
+        headers = dict(self._headers)
         token = self._token_source() if self._token_source else self._token
-        if not token:
-            return {}
-        if " " not in token:
-            token = f"Bearer {token}"
-        return {"Authorization": token}
+        if token:
+            headers["Authorization"] = token if " " in token else f"Bearer {token}"
+        return headers
 
     def _send(self, method: str, path: str, *, body: Any, params: dict | None, content_type: str,
-              timeout: float | tuple[float, float | None] | None, stream: bool) -> requests.Response:
+              timeout: float | tuple[float, float | None] | None, stream: bool) -> BaseHTTPResponse:
         if self._per_resource is not None:
             self._per_resource.for_path(path).acquire()
         elif self._spare_tokens_only:
@@ -250,26 +260,24 @@ class KubeClient:
             self.bucket.acquire()
         if method in WRITE_METHODS and not self.guard.allows_writes():
             raise FencedError(method, path)
-        headers = self._auth_headers()
+        headers = self._request_headers()
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        if timeout is None:
-            timeout = self.timeout
-        if not isinstance(timeout, tuple):
-            timeout = (min(CONNECT_TIMEOUT, timeout), timeout)
+            data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        url = f"{path}?{_query(params)}" if params else path
         try:
-            response = self.session.request(method, self.host + path, data=data, params=params,
-                                            headers=headers, timeout=timeout, stream=stream)
-        except requests.RequestException as error:
+            response = self.connections.urlopen(
+                method, url, body=data, headers=headers, stream=stream,
+                timeout=self._default_timeout if timeout is None else _timeout(timeout))
+        except (HTTPError, OSError) as error:
             if self.on_response:
                 self.on_response(method, 0)
-            if isinstance(error, requests.Timeout):
-                self._adapter.suspect_all(f"{method} {path}: {type(error).__name__}")
+            if is_timeout(error):
+                self.connections.suspect_all(f"{method} {path}: {type(error).__name__}")
             raise TransportError(method, path, error) from error
         if self.on_response:
-            self.on_response(method, response.status_code)
+            self.on_response(method, response.status)
         return response
 
     def request(self, method: str, path: str, *, body: Any = None, params: dict | None = None,
@@ -295,17 +303,17 @@ class KubeClient:
                 wait = None
             if wait is None:
                 break
-            response.close()
             time.sleep(wait)
             attempt += 1
-        if response.status_code >= 400:
+        if response.status >= 400:
             raise _error_from_response(method, path, response)
-        if not response.content:
+        data = response.data
+        if not data:
             return None
         try:
-            return response.json()
+            return json.loads(data)
         except ValueError as error:
-            raise ApiError(response.status_code, "InvalidResponse",
+            raise ApiError(response.status, "InvalidResponse",
                            f"{method} {path}: answer is not JSON: {error}") from error
 
     def get(self, path: str, params: dict | None = None) -> dict:
@@ -368,27 +376,45 @@ class KubeClient:
         read_timeout = read_timeout or server_timeout + 30
         response = self._send("GET", path, body=None, params=query, content_type="application/json",
                               timeout=(CONNECT_TIMEOUT, read_timeout), stream=True)
-        self._adapter.track(response.raw)
+        self.connections.track(response)
         try:
-            if response.status_code >= 400:
+            if response.status >= 400:
                 raise _error_from_response("WATCH", path, response)
             try:
-                for line in response.iter_lines(chunk_size=None):
-                    if not line:
-                        continue
+                for line in _lines(response):
                     event = json.loads(line)
                     if isinstance(event, dict):
                         yield event
-            except (requests.RequestException, ValueError) as error:
-                if self._adapter.untrack(response.raw):
+            except (HTTPError, OSError, ValueError) as error:
+                if self.connections.untrack(response):
                     raise WatchIdle(path, read_timeout, suspect=True) from error
-                if "timed out" in str(error).lower():
-                    self._adapter.suspect_all(f"WATCH {path}: nothing for {read_timeout:.0f}s")
+                if is_timeout(error) or "timed out" in str(error).lower():
+                    self.connections.suspect_all(f"WATCH {path}: nothing for {read_timeout:.0f}s")
                     raise WatchIdle(path, read_timeout) from error
                 raise TransportError("WATCH", path, error) from error
         finally:
-            self._adapter.untrack(response.raw)  # a stream shut down as suspect may also just end: watch again
-            response.close()
+            self.connections.untrack(response)  # a stream shut down as suspect may also just end: watch again
+            response.close()  # a stream read only in part cannot carry another request
+            response.release_conn()
 
     def close(self) -> None:
-        self.session.close()
+        self.connections.close()
+
+
+def _lines(response: BaseHTTPResponse) -> Iterator[bytes]:
+    """The non-empty lines of a streamed answer, each as soon as its newline arrives (the API server writes one
+    watch event per line, usually one per chunk)."""
+    pending: list[bytes] = []
+    for chunk in response.stream(None):
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        pending.append(chunk)
+        *lines, rest = b"".join(pending).split(b"\n")
+        pending = [rest] if rest else []
+        for line in lines:
+            if line.strip():
+                yield line
+    tail = b"".join(pending)
+    if tail.strip():
+        yield tail

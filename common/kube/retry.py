@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
-import requests
+from urllib3.exceptions import HTTPError, NewConnectionError
+from urllib3.response import BaseHTTPResponse
+
+from common.kube.transport import is_timeout
 
 MAX_RETRIES = 10
 MAX_RETRY_AFTER_S = 10.0
@@ -18,9 +21,9 @@ READ_RETRIES = 3
 READ_BACKOFF_S = 0.2
 
 
-def retry_after_seconds(response: requests.Response) -> float | None:
+def retry_after_seconds(response: BaseHTTPResponse) -> float | None:
     """Seconds to wait before sending the same request again, or None when it must not be retried."""
-    if response.status_code != 429 and response.status_code < 500:
+    if response.status != 429 and response.status < 500:
         return None
     header = response.headers.get("Retry-After")
     if not header:
@@ -32,11 +35,11 @@ def retry_after_seconds(response: requests.Response) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
-def is_dropped_connection(cause: Exception) -> bool:
+def is_dropped_connection(cause: BaseException) -> bool:
     """A connection reset or closed without an answer (not a timeout, not a refused connection)."""
-    if not isinstance(cause, requests.ConnectionError) or isinstance(cause, requests.Timeout):
+    if not isinstance(cause, (HTTPError, OSError)) or is_timeout(cause) or isinstance(cause, NewConnectionError):
         return False
-    text = str(cause).lower()
+    text = f"{type(cause).__name__} {cause}".lower()
     if "refused" in text or "name or service" in text:
         return False
     return any(word in text for word in ("reset", "aborted", "remotedisconnected", "eof", "broken pipe"))

@@ -1,4 +1,8 @@
-"""TCP settings of the binder's API connections, so a connection that died silently is noticed.
+"""The connections to the API server: one urllib3 pool, with TCP settings so a connection that died silently is noticed.
+
+The client talks to urllib3 directly rather than through `requests`: per call `requests` merged settings, looked up
+cookies and proxies and stat'ed the CA bundle, about 1 ms of CPU a call (61 % of the binder's GIL time during a
+Fraction backlog, docs/benchmarks.md); a process that makes eight calls per bind cannot afford it.
 
 A peer that vanished without FIN or RST (an apiserver node crash, a load-balancer failover, lost conntrack
 state, a partition) leaves a socket that looks open. client-go notices through HTTP/2 pings; over HTTP/1.1
@@ -11,13 +15,14 @@ the binder relies on the kernel instead:
 
 A connection that timed out is closed by urllib3, and its pool slot goes back empty on top of the LIFO pool,
 so the next request opens a fresh connection: sequential requests pay one timeout, not one per pooled
-connection (measured with urllib3 2.8 behind a silent proxy: 1.0 s, then 0.01 s).
+connection.
 
 A peer that the kernel still acknowledges (a proxy or load balancer that stopped forwarding, a hung apiserver)
 defeats both. So one request that times out makes every connection opened before it suspect, as a dead path
-usually takes them all: the idle pooled ones are closed (concurrent workers would otherwise each pay a timeout
-on one of them), and every watch stream open on the session is shut down so its informer watches again, on a
-fresh connection, from its last resourceVersion, instead of waiting out its own read timeout.
+usually takes them all: the pool is replaced by a fresh one (the idle connections are closed, and those in use
+are closed instead of pooled when their request ends, so concurrent workers do not each pay a timeout on one of
+them), and every watch stream open is shut down so its informer watches again, on a fresh connection, from its
+last resourceVersion, instead of waiting out its own read timeout.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ import logging
 import socket
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
-from requests.adapters import HTTPAdapter
+import urllib3
 from urllib3.connection import HTTPConnection
+from urllib3.exceptions import ClosedPoolError, NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.response import BaseHTTPResponse
 
 log = logging.getLogger("kube.transport")
@@ -49,27 +57,57 @@ def keepalive_socket_options() -> list[tuple[int, int, int]]:
     return options
 
 
-class KeepAliveAdapter(HTTPAdapter):
-    """requests' HTTPAdapter whose connections carry keepalive_socket_options(), and which drops them all
-    when one is found dead (`suspect_all`)."""
+def is_timeout(error: BaseException) -> bool:
+    """A connect or read timeout (urllib3's NewConnectionError, a refused connection, derives from its connect
+    timeout for history's sake: it is not one)."""
+    return isinstance(error, Urllib3Timeout) and not isinstance(error, NewConnectionError)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._streams_lock = threading.Lock()
+
+class Connections:
+    """The pooled connections to one API server, shared by every view of a client. Thread-safe."""
+
+    def __init__(self, host: str, *, ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None, verify: bool = True, pool_size: int = 64) -> None:
+        parts = urlsplit(host)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"API server address {host!r} is not an http(s) URL")
+        self.base_path = parts.path.rstrip("/")  # a server behind a path prefix (a proxy) keeps it on every call
+        self._pool_kwargs: dict[str, Any] = {
+            "host": parts.hostname, "port": parts.port, "maxsize": pool_size, "block": False,
+            "socket_options": keepalive_socket_options(), "retries": False,
+        }
+        if parts.scheme == "https":
+            self._pool_class: type[urllib3.HTTPConnectionPool] = urllib3.HTTPSConnectionPool
+            self._pool_kwargs.update(cert_reqs="CERT_REQUIRED" if verify else "CERT_NONE",
+                                     ca_certs=ca_file if verify else None, cert_file=cert_file, key_file=key_file)
+        else:
+            self._pool_class = urllib3.HTTPConnectionPool
+        self.verify = ca_file if (verify and ca_file) else verify
+        self._lock = threading.Lock()
+        self._pool = self._pool_class(**self._pool_kwargs)
         self._streams: dict[int, BaseHTTPResponse] = {}  # id -> an open watch stream
         self._shut: set[int] = set()  # streams shut down as suspect, so their reader can tell why it ended
 
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["socket_options"] = keepalive_socket_options()
-        super().init_poolmanager(*args, **kwargs)
+    def urlopen(self, method: str, url: str, *, body: bytes | None, headers: dict[str, str],
+                timeout: urllib3.Timeout, stream: bool) -> BaseHTTPResponse:
+        """One HTTP exchange, no retries, no redirects; raises urllib3's errors as they are."""
+        try:
+            return self._exchange(self._pool, method, url, body, headers, timeout, stream)
+        except ClosedPoolError:  # replaced by suspect_all before a connection was taken: nothing was sent
+            return self._exchange(self._pool, method, url, body, headers, timeout, stream)
+
+    def _exchange(self, pool: urllib3.HTTPConnectionPool, method: str, url: str, body: bytes | None,
+                  headers: dict[str, str], timeout: urllib3.Timeout, stream: bool) -> BaseHTTPResponse:
+        return pool.urlopen(method, self.base_path + url, body=body, headers=headers, timeout=timeout,
+                            retries=False, redirect=False, preload_content=not stream, assert_same_host=False)
 
     def track(self, stream: BaseHTTPResponse) -> None:
-        with self._streams_lock:
+        with self._lock:
             self._streams[id(stream)] = stream
 
     def untrack(self, stream: BaseHTTPResponse) -> bool:
         """Forget a stream; whether `suspect_all` shut it down."""
-        with self._streams_lock:
+        with self._lock:
             self._streams.pop(id(stream), None)
             if id(stream) in self._shut:
                 self._shut.discard(id(stream))
@@ -77,11 +115,12 @@ class KeepAliveAdapter(HTTPAdapter):
             return False
 
     def suspect_all(self, why: str) -> None:
-        """A request on one of these connections timed out: close the idle ones, shut the open streams."""
-        self.poolmanager.clear()
-        with self._streams_lock:
+        """A request on one of these connections timed out: start a fresh pool, shut the open streams."""
+        with self._lock:
+            stale, self._pool = self._pool, self._pool_class(**self._pool_kwargs)
             streams = list(self._streams.items())
             self._shut.update(key for key, _ in streams)
+        stale.close()  # idle connections now; the busy ones are closed when their request gives them back
         for _, stream in streams:
             try:
                 stream.shutdown()  # wakes the thread blocked reading it
@@ -89,3 +128,8 @@ class KeepAliveAdapter(HTTPAdapter):
                 pass  # already released or closed: its reader is done with it
         log.warning("a request timed out: connections opened before it are dropped and %d watch(es) reopened",
                     len(streams), extra={"fields": {"why": why}})
+
+    def close(self) -> None:
+        with self._lock:
+            pool = self._pool
+        pool.close()

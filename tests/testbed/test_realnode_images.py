@@ -30,7 +30,7 @@ from testbed.realnodes.images import PAUSE_IMAGE, RESERVATION_IMAGE, WORKLOAD_IM
 NAMES = (PAUSE_IMAGE, WORKLOAD_IMAGE, RESERVATION_IMAGE)
 CONTAINERD, CTR = Path("/usr/bin/containerd"), Path("/usr/bin/ctr")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
-RESERVATION_IMPORTS = ("import binder.reservation.program, requests, yaml, pynvml, ssl, json, charset_normalizer.md;"
+RESERVATION_IMPORTS = ("import binder.reservation.program, urllib3, yaml, pynvml, ssl, json;"
                        " from yaml import CSafeLoader; print('ok')")
 
 
@@ -146,7 +146,7 @@ def test_reservation_rootfs_is_self_contained(built: Built, rootfs: dict[str, Pa
     root, layout = rootfs[RESERVATION_IMAGE], read_layout(built.tarballs[RESERVATION_IMAGE])
     env = image_env(layout)
     assert env["FRACGPU_FAKE_GPU"] == "true" and env["LD_LIBRARY_PATH"] == "/usr/local/lib"
-    # -W error: a module that fails to load its C part (requests warns then) fails here.
+    # -W error: a module that fails to load its C part (and warns instead) fails here.
     result = chroot(root, ["/usr/local/bin/python3", "-W", "error", "-c", RESERVATION_IMPORTS], env, user="65532:65532")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
     result = chroot(root, ["/usr/local/bin/python3", "-c",
