@@ -136,7 +136,8 @@ class Binder:
             # Sampled from outside (py-spy), so the binder runs as in production; collapsed stacks, one per line.
             output = f"{args.profile}.{run or 'run'}.txt"
             self.profiler = subprocess.Popen(
-                ["py-spy", "record", "--pid", str(self.proc.pid), "--rate", "100", "--nonblocking", "--gil",
+                ["py-spy", "record", "--pid", str(self.proc.pid), "--rate", "100", "--nonblocking",
+                 *(["--gil"] if args.profile_mode == "gil" else ["--idle"]),
                  "--format", "raw", "--output", output, "--threads"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -269,6 +270,9 @@ def main() -> int:
                         "print the binder's API calls by verb and resource")
     parser.add_argument("--profile", default="", help="sample the binder with py-spy during each run and write "
                         "its collapsed stacks to FILE.<run>.txt")
+    parser.add_argument("--profile-mode", choices=("gil", "wall"), default="gil",
+                        help="gil: only samples holding the GIL (where the CPU goes); wall: every thread, idle or not "
+                        "(where the bind workers wait)")
     parser.add_argument("--client-rate-limit", choices=("per-resource", "shared"), default="per-resource",
                         help="the binder's --client-rate-limit")
     args = parser.parse_args()
