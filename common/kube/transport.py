@@ -88,6 +88,11 @@ class Connections:
         self._streams: dict[int, BaseHTTPResponse] = {}  # id -> an open watch stream
         self._shut: set[int] = set()  # streams shut down as suspect, so their reader can tell why it ended
 
+    @property
+    def socket_options(self) -> list[tuple[int, int, int]]:
+        """What every connection of the pool is opened with (keepalive_socket_options())."""
+        return self._pool_kwargs["socket_options"]
+
     def urlopen(self, method: str, url: str, *, body: bytes | None, headers: dict[str, str],
                 timeout: urllib3.Timeout, stream: bool) -> BaseHTTPResponse:
         """One HTTP exchange, no retries, no redirects; raises urllib3's errors as they are."""

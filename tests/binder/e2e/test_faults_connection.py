@@ -55,7 +55,7 @@ def test_binds_resume_soon_after_every_open_connection_went_silent(
 
 def test_api_connections_carry_tcp_keepalive(kube):
     # The socket options the client's pool opens every connection with, applied as urllib3 applies them.
-    options = kube.session.get_adapter(kube.host).poolmanager.connection_pool_kw["socket_options"]
+    options = kube.connections.socket_options
     parts = urlsplit(kube.host)
     sock = create_connection((parts.hostname, parts.port), socket_options=options)
     try:
