@@ -132,8 +132,8 @@ def test_reservation_image_is_a_separate_slim_stage():
     assert ("COPY", "--from=build /opt/runtime /opt/fracgpu") in final_stage()
     locked = (ROOT / "requirements" / "reservation.lock").read_text()
     pinned = set(re.findall(r"^([a-z0-9][a-z0-9._-]*)==", locked, re.MULTILINE))
-    assert {"nvidia-ml-py", "requests"} <= pinned
-    assert not pinned & {"kubernetes", "flask", "cryptography", "gunicorn"}, pinned
+    assert {"nvidia-ml-py", "urllib3"} <= pinned
+    assert not pinned & {"kubernetes", "flask", "cryptography", "gunicorn", "requests"}, pinned
 
 
 def test_image_writes_no_bytecode_at_run_time():
