@@ -95,7 +95,7 @@ def client_cost(client: KubeClient, calls: int) -> dict[str, float]:
 
     measure("KubeClient GET", lambda i: client.get(path))
     measure("KubeClient PATCH", lambda i: client.patch(path, {"data": {"k": str(i)}}))
-    tls = client.connections._pool_kwargs
+    tls = client.connections.tls
     context = ssl.create_default_context(cafile=tls.get("ca_certs"))
     if tls.get("cert_file"):
         context.load_cert_chain(tls["cert_file"], tls.get("key_file"))

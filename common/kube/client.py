@@ -264,7 +264,8 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+            text = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            data = text.encode() if isinstance(text, str) else text
         url = f"{path}?{_query(params)}" if params else path
         try:
             response = self.connections.urlopen(

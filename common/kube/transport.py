@@ -93,6 +93,12 @@ class Connections:
         """What every connection of the pool is opened with (keepalive_socket_options())."""
         return self._pool_kwargs["socket_options"]
 
+    @property
+    def tls(self) -> dict[str, Any]:
+        """The TLS material the pool connects with: `ca_certs`, `cert_file`, `key_file` (absent over plain HTTP)."""
+        kwargs = self._pool_kwargs
+        return {key: kwargs[key] for key in ("ca_certs", "cert_file", "key_file") if key in kwargs}
+
     def urlopen(self, method: str, url: str, *, body: bytes | None, headers: dict[str, str],
                 timeout: urllib3.Timeout, stream: bool) -> BaseHTTPResponse:
         """One HTTP exchange, no retries, no redirects; raises urllib3's errors as they are."""
