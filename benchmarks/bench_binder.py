@@ -136,7 +136,7 @@ class Binder:
             # Sampled from outside (py-spy), so the binder runs as in production; collapsed stacks, one per line.
             output = f"{args.profile}.{run or 'run'}.txt"
             self.profiler = subprocess.Popen(
-                ["py-spy", "record", "--pid", str(self.proc.pid), "--rate", "100", "--nonblocking",
+                ["py-spy", "record", "--pid", str(self.proc.pid), "--rate", str(args.profile_rate), "--nonblocking",
                  *(["--gil"] if args.profile_mode == "gil" else ["--idle"]),
                  "--format", "raw", "--output", output, "--threads"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -149,8 +149,7 @@ class Binder:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the binder has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         if self.profiler is not None:
@@ -160,6 +159,57 @@ class Binder:
         self.proc.wait(60)
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores of the machine have been busy (not idle, not waiting on I/O) so far."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuAccount:
+    """CPU seconds each process of a run spends between two marks (the first and the last bind): where a bind's
+    CPU goes, per process, and how busy the whole machine was meanwhile."""
+
+    def __init__(self, plane: ControlPlane, binder: Binder) -> None:
+        self.pids = {"kube-apiserver": plane.process("kube-apiserver").pid, "etcd": plane.process("etcd").pid,
+                     "binder": binder.proc.pid, "benchmark": os.getpid()}
+        self.start: dict[str, float] = {}
+        self.end: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        reading = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        reading["machine"] = machine_busy_s()
+        reading["wall"] = time.monotonic()
+        return reading
+
+    def mark_start(self) -> None:
+        self.start = self._read()
+
+    def mark_end(self) -> None:
+        self.end = self._read()
+
+    def per_bind_ms(self, binds: int) -> dict[str, float]:
+        return {name: (self.end[name] - self.start[name]) * 1000 / max(1, binds) for name in self.start}
+
+
+def capture_apiserver_profile(plane: ControlPlane, seconds: int, output: str) -> None:
+    """A Go CPU profile of kube-apiserver (`go tool pprof -top FILE`); needs --profiling=true on it."""
+    import requests
+
+    session = requests.Session()
+    session.trust_env = False
+    response = session.get(f"{plane.url}/debug/pprof/profile", params={"seconds": str(seconds)},
+                           headers={"Authorization": f"Bearer {plane.admin.token}"}, verify=str(plane.ca_file),
+                           timeout=seconds + 60)
+    response.raise_for_status()
+    Path(output).write_bytes(response.content)
+
+
 def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, log: Path) -> dict:
     create_namespace(client, ns)
     parallel(lambda i: client.create(pod_path(ns), pod_body(f"p{i}", fraction)), range(args.count))
@@ -167,15 +217,35 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
              range(args.count))
     watcher = BoundWatcher(client, ns)
     binder = Binder(plane, args, log, ns)
+    account = CpuAccount(plane, binder)
+    profiler = None
     try:
+        watcher.wait(1, timeout=120)
+        account.mark_start()
+        if args.apiserver_profile:
+            profiler = threading.Thread(target=capture_apiserver_profile, daemon=True, args=(
+                plane, args.apiserver_profile_seconds, f"{args.apiserver_profile}.{ns}.pprof"))
+            profiler.start()
         watcher.wait(args.count, timeout=900)
+        account.mark_end()
         times = sorted(watcher.bound.values())
         settled = wait_all_succeeded(client, ns, args.count, timeout=600)
+        if profiler is not None:
+            profiler.join()
         return {"binds_per_s": (args.count - 1) / (times[-1] - times[0]), "rss_mib": binder.rss_mib(),
-                "bound_s": times[-1] - times[0], "settled_s": settled - times[0], "cpu_s": binder.cpu_s()}
+                "bound_s": times[-1] - times[0], "settled_s": settled - times[0], "cpu_s": binder.cpu_s(),
+                "cpu_ms_per_bind": account.per_bind_ms(args.count - 1)}
     finally:
         watcher.stop()
         binder.stop()
+
+
+def cpu_line(run: str, r: dict) -> str:
+    per_bind = r["cpu_ms_per_bind"]
+    wall = per_bind.pop("wall")
+    cores = per_bind["machine"] / wall if wall else float("nan")
+    return (f"{run}: CPU ms per bind " + ", ".join(f"{name} {value:.1f}" for name, value in per_bind.items())
+            + f" (machine {cores:.2f} cores busy)")
 
 
 def wait_all_succeeded(client: KubeClient, ns: str, count: int, timeout: float) -> float:
@@ -273,8 +343,12 @@ def main() -> int:
     parser.add_argument("--profile-mode", choices=("gil", "wall"), default="gil",
                         help="gil: only samples holding the GIL (where the CPU goes); wall: every thread, idle or not "
                         "(where the bind workers wait)")
+    parser.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--client-rate-limit", choices=("per-resource", "shared"), default="per-resource",
                         help="the binder's --client-rate-limit")
+    parser.add_argument("--apiserver-profile", default="", help="take a Go CPU profile of kube-apiserver from the "
+                        "first bind of each backlog run on, to FILE.<namespace>.pprof (go tool pprof -top)")
+    parser.add_argument("--apiserver-profile-seconds", type=int, default=5)
     args = parser.parse_args()
     only = set(args.only.split(","))
     log = Path(tempfile.mkdtemp(prefix="bench-binder-")) / "binder.log"
@@ -284,6 +358,8 @@ def main() -> int:
         policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
         audit_args = [f"--audit-policy-file={policy}", f"--audit-log-path={args.audit_log}",
                       "--audit-log-format=json", "--audit-log-mode=blocking"]
+    if args.apiserver_profile:
+        audit_args.append("--profiling=true")
     with ControlPlane(start_timeout=180, extra_apiserver_args=audit_args) as plane:
         admin = api_client(plane)
         apply_crds(admin, CRD)
@@ -296,8 +372,10 @@ def main() -> int:
         for node in nodes:
             create_gpu_node(admin, node, gpus=gpus)
         rows = Rows()
+        cpu_lines: list[str] = []
         if "backlog" in only:
             r = run_backlog(plane, client, args, "bl-regular", nodes, False, log)
+            cpu_lines.append(cpu_line("Regular, backlog", r))
             rows.append(("Regular, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['bound_s']:.1f}",
                          f"{r['settled_s']:.1f} (+{r['settled_s'] - r['bound_s']:.1f})", f"{r['rss_mib']:.0f}",
                          f"{r['cpu_s']:.1f}"))
@@ -309,6 +387,7 @@ def main() -> int:
             player = NodePlayer(client, RSV_NS)
             player.start()
             r = run_backlog(plane, client, args, "bl-fraction", nodes, True, log)
+            cpu_lines.append(cpu_line("Fraction, backlog", r))
             rows.append(("Fraction, backlog", f"{r['binds_per_s']:.0f}", "", "", f"{r['bound_s']:.1f}",
                          f"{r['settled_s']:.1f} (+{r['settled_s'] - r['bound_s']:.1f})", f"{r['rss_mib']:.0f}",
                          f"{r['cpu_s']:.1f}"))
@@ -326,6 +405,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    for line in cpu_lines:
+        print(line)
     print(f"\nbinder log: {log}")
     if args.audit_log:
         print_binder_calls(Path(args.audit_log))

@@ -236,7 +236,10 @@ class CacheReads:
         return [pod for pod in self.caches.pods.list() if has_group_label(pod)]
 
     def pods_in_namespace(self, namespace: str) -> list[Obj]:
-        return self.caches.pods.list(namespace)
+        from binder.caches import INDEX_NAMESPACE
+
+        # Asked before every reservation pod create (the scale-up check): the index, not a scan of every pod.
+        return self.caches.pods.by_index(INDEX_NAMESPACE, namespace)
 
     def bind_requests_of_group(self, group: str) -> list[Obj]:
         from binder.caches import INDEX_GPU_GROUP
