@@ -129,7 +129,7 @@ class Binder:
             [sys.executable, "-m", "binder", "--kubeconfig", str(plane.admin_kubeconfig), "--qps", str(args.qps),
              "--burst", str(args.burst), "--max-concurrent-reconciles", str(args.workers),
              "--fake-gpu-nodes", "--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0",
-             "--client-rate-limit", args.client_rate_limit, "--log-level", "warning"],
+             "--client-rate-limit", args.client_rate_limit, "--log-level", "warning", *args.binder_args.split()],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=self.log, stderr=subprocess.STDOUT)
         self.profiler = None
         if args.profile:
@@ -195,6 +195,26 @@ class CpuAccount:
 
     def per_bind_ms(self, binds: int) -> dict[str, float]:
         return {name: (self.end[name] - self.start[name]) * 1000 / max(1, binds) for name in self.start}
+
+
+def reservation_program(client: KubeClient, start_s: float):
+    """The node player's `start_reservation`: the reservation pod's program reports its GPU id `start_s` seconds
+    after the kubelet admitted the pod, as a real container takes a while to start."""
+    def start(pod: dict, device: str) -> None:
+        meta = pod["metadata"]
+
+        def report() -> None:
+            try:
+                client.patch(pod_path(meta["namespace"], meta["name"]), {"metadata": {
+                    "uid": meta["uid"], "annotations": {names.RESERVE_FOR_GPU_INDEX: device}}})
+            except ApiError:
+                pass  # deleted meanwhile (the binder gave up on it): nothing to report
+
+        timer = threading.Timer(start_s, report)
+        timer.daemon = True
+        timer.start()
+
+    return start
 
 
 def capture_apiserver_profile(plane: ControlPlane, seconds: int, output: str) -> None:
@@ -349,6 +369,9 @@ def main() -> int:
     parser.add_argument("--apiserver-profile", default="", help="take a Go CPU profile of kube-apiserver from the "
                         "first bind of each backlog run on, to FILE.<namespace>.pprof (go tool pprof -top)")
     parser.add_argument("--apiserver-profile-seconds", type=int, default=5)
+    parser.add_argument("--reservation-start-s", type=float, default=0.0, help="Fraction runs: each reservation "
+                        "pod reports its GPU id this long after its node admitted it (0: at once)")
+    parser.add_argument("--binder-args", default="", help="extra binder flags, space-separated")
     args = parser.parse_args()
     only = set(args.only.split(","))
     log = Path(tempfile.mkdtemp(prefix="bench-binder-")) / "binder.log"
@@ -384,7 +407,8 @@ def main() -> int:
             rows.append((f"Regular, paced {args.rate:g}/s", "", f"{r['p50_s'] * 1000:.0f}",
                          f"{r['p99_s'] * 1000:.0f}", "", "", "", ""))
         if "fraction" in only:
-            player = NodePlayer(client, RSV_NS)
+            player = NodePlayer(client, RSV_NS, start_reservation=reservation_program(
+                client, args.reservation_start_s) if args.reservation_start_s > 0 else None)
             player.start()
             r = run_backlog(plane, client, args, "bl-fraction", nodes, True, log)
             cpu_lines.append(cpu_line("Fraction, backlog", r))

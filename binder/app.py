@@ -52,7 +52,8 @@ def build_reservation(client: KubeClient, settings: Settings, caches: Caches, me
     confirmation = BindRequestConfirmation(
         ApiReads(client), caches.bindrequests,
         on_confirmed=lambda source: metrics.gc_confirmations.labels(source=source).inc())
-    return ReservationService(client, settings.reservation, CacheReads(caches), confirmation)
+    return ReservationService(client, settings.reservation, CacheReads(caches), confirmation,
+                              park_waits=settings.park_reservation_waits)
 
 
 class BinderApp:

@@ -8,6 +8,7 @@ its queue and workers (common/kube/controller.py) do the re-queueing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
+from binder.reservation.service import ReservationPending
 from binder.settings import Settings
 from common import names
 from common.kube.cache import EventHandlers, object_key
@@ -46,6 +48,10 @@ TRANSIENT = "api_unavailable"
 UNDECIDED_RETRY_S = 1.0
 # A BindRequest whose pod another BindRequest is binding looks again this often (reads only the cache).
 POD_BUSY_RETRY_S = 1.0
+RESERVATION_PENDING = "reservation_pending"
+# A BindRequest parked on a reservation pod is woken by the pod's changes; it also looks again this often (reads
+# only the cache), and at the end of the allocation timeout.
+PARKED_RECHECK_S = 5.0
 
 
 class Attempt:
@@ -59,6 +65,7 @@ class Attempt:
         self.step = ""
         self.decide_after = 0.0
         self.unknown_message = ""
+        self.pending: ReservationPending | None = None
 
 
 class BindRequestController:
@@ -79,6 +86,9 @@ class BindRequestController:
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
+        # "namespace/name" of a reservation pod -> keys of the BindRequests parked until it reports its GPU id.
+        self._parked: dict[str, set[str]] = {}
+        self._parked_lock = threading.Lock()
         self.pod_slots = PodSlots()
         backoff = backoff or ExponentialBackoff(Settings.rate_limiter_base_delay_s, Settings.rate_limiter_max_delay_s)
         self.work = Controller(names.BINDREQUEST_CONTROLLER, self._timed_reconcile, backoff, workers,
@@ -89,6 +99,20 @@ class BindRequestController:
         self.caches.bindrequests.add_handlers(EventHandlers(
             on_add=lambda bind_request: self.work.add(object_key(bind_request)),
             on_update=self._on_update))
+        # A BindRequest parked on a reservation pod comes back as soon as that pod changes.
+        self.caches.pods.add_handlers(EventHandlers(
+            on_add=self._on_pod_change, on_update=lambda _old, new: self._on_pod_change(new),
+            on_delete=self._on_pod_change))
+
+    def _on_pod_change(self, pod: dict[str, Any]) -> None:
+        if self._parked:  # the informer's thread: nothing to do in the common case, not even a lock
+            self._wake(object_key(pod))
+
+    def _wake(self, reservation_key: str) -> None:
+        with self._parked_lock:
+            keys = self._parked.pop(reservation_key, ())
+        for key in keys:
+            self.work.add(key)
 
     def _on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         if st.should_enqueue_update(old, new):
@@ -199,6 +223,8 @@ class BindRequestController:
         try:
             self.pipeline.bind(ctx)
             attempt.step = "bound"
+        except ReservationPending as pending:
+            attempt.step, attempt.pending = RESERVATION_PENDING, pending
         except BindOutcomeUnknown as unknown:
             attempt.step, attempt.decide_after, attempt.unknown_message = OUTCOME_UNKNOWN, unknown.decide_after, \
                 str(unknown)
@@ -264,6 +290,8 @@ class BindRequestController:
     # ------------------------------------------------------------------ report
     def _report(self, key: str, attempt: Attempt) -> Result:
         bind_request = attempt.bind_request
+        if attempt.step == RESERVATION_PENDING and attempt.pending is not None:
+            return self._park(key, attempt.pending)
         if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
             if key not in self._undecided:
@@ -316,6 +344,18 @@ class BindRequestController:
         if retry:
             self.metrics.retries.inc()
         return Result(retry=retry)
+
+    def _park(self, key: str, pending: ReservationPending) -> Result:
+        """Nothing is written and no attempt counted: the bind waits for its reservation pod's GPU id without a
+        worker (a kubelet takes seconds to start a pod), and resumes when the pod changes."""
+        reservation_key = f"{pending.namespace}/{pending.name}"
+        with self._parked_lock:
+            self._parked.setdefault(reservation_key, set()).add(key)
+        if self.pipeline.reservation.changed_since(pending):
+            self._wake(reservation_key)  # it may have changed after it was looked at: look again now
+        log.info("waiting for the reservation pod's GPU id without holding a worker",
+                 extra={"fields": {"reservation": reservation_key}})
+        return Result(requeue_after=min(pending.recheck_s + 0.05, PARKED_RECHECK_S))
 
     def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
                        pod_report: st.PodReport, condition_pod: dict[str, Any] | None) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from binder import status as st
 from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
 from binder.plugins.chain import run_step
+from binder.reservation.service import ReservationPending
 from common import bindrequest, names
 from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 
@@ -116,6 +117,8 @@ class Reservations(Protocol):
 
     def remove_pod_gpu_groups_connection(self, pod: dict[str, Any]) -> None: ...
 
+    def changed_since(self, pending: ReservationPending) -> bool: ...
+
 
 class Pipeline:
     def __init__(self, client: KubeClient, reservation: Reservations, plugins: Sequence[BinderPlugin],
@@ -158,16 +161,19 @@ class Pipeline:
             gpu_ids: list[str] = []
             for fractional in typed:
                 group = fractional.id
-                started = time.monotonic()
+                started, pending = time.monotonic(), False
                 try:
                     gpu_ids.append(self.reservation.reserve_gpu_device(
                         ctx.pod, node_name, group, fractional.compute_sharing_mode,
                         annotations=annotations))
+                except ReservationPending:
+                    pending = True
+                    raise  # nothing to roll back: the attempt resumes when the reservation pod reports
                 except Exception as error:  # noqa: BLE001
                     raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
                                                      f"group <{group}>: {error}") from error
                 finally:
-                    if self.observe_reservation:
+                    if self.observe_reservation and not pending:
                         self.observe_reservation(time.monotonic() - started)
             ctx.gpu_ids = gpu_ids
 

@@ -59,6 +59,7 @@ class Settings:
     max_pending_reports: int = 2000
     watch_read_timeout_s: float = 40.0
     report_qps_share: float = 0.25
+    park_reservation_waits: bool = True
     client_rate_limit: str = "per-resource"
     apiserver_request_timeout_s: float = 60.0
     identity: str = ""
@@ -152,6 +153,9 @@ def _parser() -> Parser:
                    help="per-resource: --qps/--burst for each API resource, the bind path and the reports each a "
                         "budget of their own, as the KAI binder's clients have (default); shared: one bucket for "
                         "every call")
+    add_bool_flag(p, "--park-reservation-waits", True,
+                  "a bind whose reservation pod has not reported its GPU id yet frees its worker and resumes when the "
+                  "pod changes (false: the worker waits, as the reference's does)")
     p.add_argument("--identity", default="", help="leader-election identity (default: hostname_uuid)")
     add_logging_flags(p, kai_compat=True)
     # Accepted so the reference's deployments start us unchanged.
@@ -218,6 +222,7 @@ def _build(args: argparse.Namespace) -> Settings:
         max_pending_reports=args.max_pending_reports,
         watch_read_timeout_s=args.watch_read_timeout,
         report_qps_share=args.report_qps_share,
+        park_reservation_waits=args.park_reservation_waits,
         client_rate_limit=args.client_rate_limit,
         apiserver_request_timeout_s=args.apiserver_request_timeout,
         identity=args.identity,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from binder.reservation import gc
@@ -44,6 +45,31 @@ class ReservationError(Exception):
     """A reservation step failed; the message names the pod or group and the step."""
 
 
+class ReservationPending(Exception):  # noqa: N818 - not an error: "come back later"
+    """The group's reservation pod has not reported its GPU id yet (ReservationService(park_waits=True)).
+
+    Nothing is to be undone: the caller comes back when the pod changes (`changed_since` tells whether it already
+    has) or after `recheck_s`, and the wait resumes where it stopped, within the same allocation timeout."""
+
+    def __init__(self, namespace: str, name: str, group: str, since: int, recheck_s: float) -> None:
+        super().__init__(f"waiting for GPU reservation pod {namespace}/{name} of gpu group {group} to allocate")
+        self.namespace, self.name, self.group = namespace, name, group
+        self.since = since  # the namespace's pod change counter before the pod was last looked at
+        self.recheck_s = recheck_s
+
+
+@dataclass
+class _Wait:
+    """A parked wait for a reservation pod's GPU id: which pod, and when the allocation timeout ends."""
+
+    name: str
+    uid: str | None
+    node: str
+    compute_mode: str
+    deadline: float  # time.monotonic()
+    seen: bool = False
+
+
 def _ref(obj: Obj) -> str:
     return f"{_meta(obj).get('namespace', '')}/{_meta(obj).get('name', '')}"
 
@@ -61,11 +87,20 @@ def gpu_id_of(reservation_pod: Obj) -> str:
 
 class ReservationService:
     def __init__(self, client: KubeClient, settings: ReservationSettings,
-                 reads: ReservationReads | None = None, confirmation: BindRequestConfirmation | None = None) -> None:
+                 reads: ReservationReads | None = None, confirmation: BindRequestConfirmation | None = None,
+                 park_waits: bool = False) -> None:
         """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server.
-        `confirmation`: how the GC confirms a group's BindRequests before a delete; None = list them all."""
+        `confirmation`: how the GC confirms a group's BindRequests before a delete; None = list them all.
+        `park_waits`: a reservation pod without its GPU id raises ReservationPending instead of holding the
+        caller (a bind worker) until the kubelet has started it; the caller comes back and the wait resumes."""
         self.client = client
         self.settings = settings
+        self.park_waits = park_waits
+        # group -> the parked wait for its reservation pod. A reservation pod waited on is not garbage-collected
+        # as unused before its allocation timeout: its fraction pod is not labelled yet, and its BindRequest may
+        # be a Failed one being retried, which does not count as active.
+        self._waits: dict[str, _Wait] = {}
+        self._waits_lock = threading.Lock()
         self.api = ApiReads(client)
         self.reads: ReservationReads = reads or self.api
         self.confirmation = confirmation or BindRequestConfirmation(self.api)
@@ -143,6 +178,10 @@ class ReservationService:
             except ApiError as error:
                 raise ReservationError(f"failed to list BindRequests: {error}") from error
             reservation = group_pods.reservation or {}
+            if self._waited_on(group, reservation):
+                log.info("Skipping reservation pod deletion, a BindRequest waits for its GPU id",
+                         extra=_log_fields(reservation, group))
+                return
             if gc.has_active_bind_request(bind_requests, group):
                 log.info("Skipping reservation pod deletion, active BindRequests exist",
                          extra=_log_fields(reservation, group))
@@ -229,6 +268,9 @@ class ReservationService:
         ns = self.settings.namespace
         fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
                   "fields": {"group": group}}
+        parked = self._parked_wait(group, node_name, compute_mode)
+        if parked is not None:  # a wait of an earlier call: carry on with it, within its allocation timeout
+            return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode)
         cached = self._cached_gpu_id(node_name, group, compute_mode)
         if cached:
             return cached
@@ -260,7 +302,8 @@ class ReservationService:
             if gpu_id_of(reservation):
                 return gpu_id_of(reservation)
             log.info("reservation pod has no GPU id yet, waiting", extra=fields)
-            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"))
+            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"),
+                                         group, node_name, compute_mode)
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
@@ -274,7 +317,7 @@ class ReservationService:
             if not error.already_exists:
                 raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
             log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
-        return self._wait_for_gpu_id(name, fields, uid)
+        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode)
 
     def _scaling_up(self) -> bool:
         try:
@@ -283,10 +326,12 @@ class ReservationService:
             log.warning("could not check whether the cluster is scaling up: %s", error)
             return False
 
-    def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None) -> str:
+    def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None, group: str, node_name: str,
+                         compute_mode: str) -> str:
         """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
-        attempt starts clean.
+        attempt starts clean. With `park_waits`, each call looks once and raises ReservationPending while
+        there is time left; the next call for the group carries on with the same pod and deadline.
 
         The pod is read from the informer cache and re-read whenever the informer applies a change in the
         reservation namespace: one watch serves every wait (a watch per reservation pod cost the API server a
@@ -294,21 +339,22 @@ class ReservationService:
         informer resumes (M3); a cache that fell behind gets one read from the API server before a timeout
         is declared."""
         ns = self.settings.namespace
-        deadline = time.monotonic() + self.settings.allocation_timeout_s
-        why, rejected, seen = "timed out", "", False
+        wait = self._start_wait(group, name, uid, node_name, compute_mode)
+        why, rejected = "timed out", ""
         try:
             while True:
                 changes = self.reads.pod_changes(ns)
-                remaining = deadline - time.monotonic()
+                remaining = wait.deadline - time.monotonic()
                 reservation = self.reads.pod(ns, name) if remaining > 0 else self.api.pod(ns, name)
-                if reservation is not None and uid and _meta(reservation).get("uid") != uid:
+                if reservation is not None and wait.uid and _meta(reservation).get("uid") != wait.uid:
                     reservation = None  # a pod of that name before ours, or after it: not ours
                 if reservation is None:
-                    if seen:
+                    if wait.seen:
                         raise ReservationError("reservation pod was deleted")
                 else:
-                    seen, uid = True, uid or _meta(reservation).get("uid")
+                    wait.seen, wait.uid = True, wait.uid or _meta(reservation).get("uid")
                     if gpu_id_of(reservation):
+                        self._end_wait(group, wait)
                         return gpu_id_of(reservation)
                     if _meta(reservation).get("deletionTimestamp"):
                         # A terminating pod's program is being stopped; it will never report a GPU.
@@ -321,20 +367,62 @@ class ReservationService:
                         raise ReservationError(rejected)
                 if remaining <= 0:
                     break
+                if self.park_waits:
+                    raise ReservationPending(ns, name, group, changes, remaining)
                 self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0))
         except (ApiError, ReservationError) as error:
             why = str(error)
+        self._end_wait(group, wait)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
-        if uid:
-            self._remember_deleted(uid)
+        if wait.uid:
+            self._remember_deleted(wait.uid)
             try:
                 self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                                             "gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+                                                             "gracePeriodSeconds": 0,
+                                                             "preconditions": {"uid": wait.uid}})
             except ApiError as error:
                 if not (error.not_found or error.conflict):
                     log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
         message = f"failed waiting for GPU reservation pod to allocate: {ns}/{name}"
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
+
+    # ------------------------------------------------------------------ parked waits
+    def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str) -> _Wait:
+        """The wait for `name`: a parked one that is still ours, or a new one with the full allocation timeout."""
+        now = time.monotonic()
+        fresh = _Wait(name, uid, node_name, compute_mode, now + self.settings.allocation_timeout_s)
+        if not self.park_waits:
+            return fresh
+        with self._waits_lock:
+            for stale in [g for g, w in self._waits.items() if w.deadline < now - self.settings.allocation_timeout_s]:
+                del self._waits[stale]  # its BindRequests went away while it waited
+            wait = self._waits.get(group)
+            if wait is None or wait.name != name or (uid and wait.uid and wait.uid != uid):
+                wait = self._waits[group] = fresh
+            return wait
+
+    def _end_wait(self, group: str, wait: _Wait) -> None:
+        with self._waits_lock:
+            if self._waits.get(group) is wait:
+                del self._waits[group]
+
+    def _parked_wait(self, group: str, node_name: str, compute_mode: str) -> _Wait | None:
+        with self._waits_lock:
+            wait = self._waits.get(group)
+        if wait is None or wait.node != node_name or wait.compute_mode != compute_mode:
+            return None  # another placement of the group: decided afresh below
+        return wait
+
+    def _waited_on(self, group: str, reservation: Obj) -> bool:
+        """Is `reservation` the pod of a parked wait still within its allocation timeout?"""
+        with self._waits_lock:
+            wait = self._waits.get(group)
+        return wait is not None and wait.deadline > time.monotonic() and wait.name == _meta(reservation).get(
+            "name") and wait.uid in (None, _meta(reservation).get("uid"))
+
+    def changed_since(self, pending: ReservationPending) -> bool:
+        """Has a pod of the reservation namespace changed since `pending` looked (then look again now)?"""
+        return self.reads.pod_changes(pending.namespace) != pending.since
 
     # ------------------------------------------------------------------ fraction pod labels
     def _label_pod(self, pod: Obj, group: str, annotations: dict[str, str] | None = None) -> None:

@@ -23,7 +23,7 @@ def test_shutdown_finishes_the_bind_in_flight_and_takes_no_new_work(binder, kube
     node = make_gpu_node()["metadata"]["name"]
     make_pod(kube, namespace, "inflight", fraction="0.5")
     make_pod(kube, namespace, "late")
-    app = binder("--shutdown-timeout", "20")
+    app = binder("--shutdown-timeout", "20", "--park-reservation-waits=false")  # the worker waits: in flight
     make_bind_request(kube, namespace, "inflight", node, fraction_groups=["gs"])
     wait_for("the bind to be waiting on its reservation pod", lambda: reservation_pods(kube, reservation_namespace))
 
@@ -44,3 +44,28 @@ def test_shutdown_finishes_the_bind_in_flight_and_takes_no_new_work(binder, kube
         late = {}
     assert (late.get("status") or {}).get("phase") in (None, "", names.PHASE_PENDING)
     assert not kube.get(pod_path(namespace, "late"))["spec"].get("nodeName")
+
+
+def test_a_bind_parked_on_its_reservation_pod_is_left_to_the_next_leader(binder, kube, namespace,
+                                                                         reservation_namespace, make_gpu_node,
+                                                                         node_player):
+    """A parked bind holds no worker, so shutdown does not wait for it; nothing of it is undone or counted as
+    failed, and the next binder resumes it on the same reservation pod."""
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "parked", fraction="0.5")
+    app = binder("--shutdown-timeout", "20")
+    make_bind_request(kube, namespace, "parked", node, fraction_groups=["gp"])
+    wait_for("the bind to be parked on its reservation pod", lambda: reservation_pods(kube, reservation_namespace))
+    [reservation] = reservation_pods(kube, reservation_namespace)
+    assert app.shutdown() is True
+    bind_request = kube.get(bindrequest_path(namespace, "parked"))
+    assert (bind_request.get("status") or {}).get("phase") in (None, "", names.PHASE_PENDING)
+
+    binder()
+    node_player.paused = False
+    done = wait_phase(kube, namespace, "parked", names.PHASE_SUCCEEDED)
+    assert not done["status"].get("failedAttempts")
+    assert [pod["metadata"]["uid"] for pod in reservation_pods(kube, reservation_namespace)] == [
+        reservation["metadata"]["uid"]]
+    assert kube.get(pod_path(namespace, "parked"))["spec"]["nodeName"] == node

@@ -1,0 +1,86 @@
+"""A bind waiting for its reservation pod's GPU id frees its worker (--park-reservation-waits, the default): with one
+worker, every new GPU group's reservation pod is made before the first of them has started, as a kubelet takes
+seconds to start a pod; with the flag off, the worker waits on each in turn, as the reference's does."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from binder_e2e_kit import make_bind_request, make_pod, wait_phase
+
+from common import names
+from common.kube.client import ApiError, KubeClient, pod_path
+from testbed.players.nodeplayer import NodePlayer
+
+pytestmark = pytest.mark.apiserver
+GROUPS = 3
+PATIENCE_S = 4.0  # how long the gated programs wait for every reservation pod before starting anyway
+
+
+class GatedPrograms:
+    """Reservation programs that report their GPU ids only once all GROUPS reservation pods were admitted (or
+    PATIENCE_S after the first was): whether that happened says whether the binder made them all without waiting."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self.admitted: list[tuple[dict, str]] = []
+        self.all_before_any_report: bool | None = None
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+
+    def start(self, pod: dict, device: str) -> None:
+        with self._lock:
+            self.admitted.append((pod, device))
+            if len(self.admitted) == 1:
+                threading.Thread(target=self._gate, daemon=True).start()
+            if self._open.is_set():
+                self._report(pod, device)
+            elif len(self.admitted) == GROUPS:
+                self._open_gate()
+
+    def _gate(self) -> None:
+        if not self._open.wait(PATIENCE_S):
+            with self._lock:
+                if not self._open.is_set():
+                    self._open_gate()
+
+    def _open_gate(self) -> None:
+        self.all_before_any_report = len(self.admitted) == GROUPS
+        self._open.set()
+        for pod, device in self.admitted:
+            self._report(pod, device)
+
+    def _report(self, pod: dict, device: str) -> None:
+        meta = pod["metadata"]
+        try:
+            self.kube.patch(pod_path(meta["namespace"], meta["name"]), {"metadata": {
+                "uid": meta["uid"], "annotations": {names.RESERVE_FOR_GPU_INDEX: device}}})
+        except ApiError:
+            pass  # gone meanwhile
+
+
+@pytest.mark.parametrize("park", [True, False])
+def test_one_worker_makes_every_reservation_pod_before_the_first_starts(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, park):
+    programs = GatedPrograms(kube)
+    player = NodePlayer(kube, reservation_namespace, start_reservation=programs.start)
+    player.start()
+    try:
+        node = make_gpu_node(gpus=GROUPS)["metadata"]["name"]
+        for index in range(GROUPS):
+            make_pod(kube, namespace, f"f{index}", fraction="0.5")
+        binder("--max-concurrent-reconciles", "1", f"--park-reservation-waits={str(park).lower()}")
+        for index in range(GROUPS):
+            make_bind_request(kube, namespace, f"f{index}", node, fraction_groups=[f"group-{index}"])
+        for index in range(GROUPS):
+            bind_request = wait_phase(kube, namespace, f"f{index}", names.PHASE_SUCCEEDED, timeout=60)
+            assert not (bind_request.get("status") or {}).get("failedAttempts")
+        assert programs.all_before_any_report is park
+        gpus = {kube.get(pod_path(reservation_namespace, pod["metadata"]["name"]))["metadata"]["annotations"][
+            names.RESERVE_FOR_GPU_INDEX] for pod, _ in programs.admitted}
+        assert len(gpus) == GROUPS  # one GPU per group, each its own device
+        for index in range(GROUPS):
+            assert kube.get(pod_path(namespace, f"f{index}"))["spec"]["nodeName"] == node
+    finally:
+        player.stop()
