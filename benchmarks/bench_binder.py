@@ -236,6 +236,7 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
     parallel(lambda i: client.create(bindrequest_path(ns), br_body(f"p{i}", node_of(nodes, i), fraction, i)),
              range(args.count))
     watcher = BoundWatcher(client, ns)
+    started = time.monotonic()
     binder = Binder(plane, args, log, ns)
     account = CpuAccount(plane, binder)
     profiler = None
@@ -254,7 +255,8 @@ def run_backlog(plane, client, args, ns: str, nodes: list[str], fraction: bool, 
             profiler.join()
         return {"binds_per_s": (args.count - 1) / (times[-1] - times[0]), "rss_mib": binder.rss_mib(),
                 "bound_s": times[-1] - times[0], "settled_s": settled - times[0], "cpu_s": binder.cpu_s(),
-                "cpu_ms_per_bind": account.per_bind_ms(args.count - 1)}
+                "cpu_ms_per_bind": account.per_bind_ms(args.count - 1), "first_bind_s": times[0] - started,
+                "all_bound_since_start_s": times[-1] - started}
     finally:
         watcher.stop()
         binder.stop()
@@ -264,7 +266,8 @@ def cpu_line(run: str, r: dict) -> str:
     per_bind = r["cpu_ms_per_bind"]
     wall = per_bind.pop("wall")
     cores = per_bind["machine"] / wall if wall else float("nan")
-    return (f"{run}: CPU ms per bind " + ", ".join(f"{name} {value:.1f}" for name, value in per_bind.items())
+    return (f"{run}: first bind {r['first_bind_s']:.1f} s and the last {r['all_bound_since_start_s']:.1f} s after the "
+            f"binder started; CPU ms per bind " + ", ".join(f"{name} {value:.1f}" for name, value in per_bind.items())
             + f" (machine {cores:.2f} cores busy)")
 
 

@@ -112,7 +112,7 @@ class BindRequestController:
         with self._parked_lock:
             keys = self._parked.pop(reservation_key, ())
         for key in keys:
-            self.work.add(key)
+            self.work.add(key, first=True)  # a bind half done goes ahead of binds not started
 
     def _on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         if st.should_enqueue_update(old, new):

@@ -62,10 +62,11 @@ class Controller:
     def started(self) -> bool:
         return self._started.is_set()
 
-    def add(self, key: str) -> None:
-        """Queue `key`, if this controller is started (see the module docstring)."""
+    def add(self, key: str, first: bool = False) -> None:
+        """Queue `key` (with `first`, ahead of the others), if this controller is started (see the module
+        docstring)."""
         if self._started.is_set():
-            self.queue.add(key)
+            self.queue.add(key, first)
 
     def start(self, thread_prefix: str) -> None:
         """Accept keys from now on and start the workers (threads `<thread_prefix>-<i>`)."""

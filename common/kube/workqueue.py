@@ -64,6 +64,7 @@ class WorkQueue:
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
+        self._first: set[str] = set()  # keys added with `first` while being processed
         self._waiting: list[tuple[float, int, str]] = []  # heap of (due, seq, key)
         self._waiting_due: dict[str, float] = {}
         self._seq = itertools.count()
@@ -75,19 +76,27 @@ class WorkQueue:
         self._started_at: dict[str, float] = {}  # key being processed -> when it was handed out
 
     # ------------------------------------------------------------------ adding
-    def add(self, key: str) -> None:
+    def add(self, key: str, first: bool = False) -> None:
+        """Queue `key` behind the others, or with `first` ahead of them (work that was waiting on something and
+        can finish now, rather than new work)."""
         with self._cond:
-            self._add_locked(key)
+            self._add_locked(key, first)
 
-    def _add_locked(self, key: str) -> None:
+    def _add_locked(self, key: str, first: bool = False) -> None:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
         if self._metrics is not None:
             self._added_at.setdefault(key, self._clock())
             self._metrics.added()
-        if key not in self._processing:
-            self._queue.append(key)
+        if key in self._processing:
+            if first:
+                self._first.add(key)
+        else:
+            if first:
+                self._queue.appendleft(key)
+            else:
+                self._queue.append(key)
             self._depth_changed()
             self._cond.notify()
 
@@ -165,11 +174,16 @@ class WorkQueue:
     def done(self, key: str) -> None:
         with self._cond:
             self._processing.discard(key)
+            first = key in self._first
+            self._first.discard(key)
             if self._metrics is not None:
                 started = self._started_at.pop(key, None)
                 self._metrics.done(None if started is None else self._clock() - started)
             if key in self._dirty:
-                self._queue.append(key)
+                if first:
+                    self._queue.appendleft(key)
+                else:
+                    self._queue.append(key)
                 self._depth_changed()
                 self._cond.notify()
 

@@ -71,6 +71,19 @@ def test_queue_dedups_and_holds_a_key_in_process_once():
     assert queue.get(timeout=0) == "a"
 
 
+def test_a_key_added_first_goes_ahead_of_the_others_even_while_in_process():
+    queue = WorkQueue(ExponentialBackoff(1, 60), clock=Clock())
+    for key in ("a", "b", "c"):
+        queue.add(key)
+    queue.add("c", first=True)  # already queued: stays where it is
+    queue.add("d", first=True)
+    assert queue.get(timeout=0) == "d"
+    assert queue.get(timeout=0) == "a"
+    queue.add("a", first=True)  # in process: ahead of the others once done
+    queue.done("a")
+    assert [queue.get(timeout=0) for _ in range(3)] == ["a", "b", "c"]
+
+
 def test_delayed_and_rate_limited_adds_come_back_when_due():
     clock = Clock()
     queue = WorkQueue(ExponentialBackoff(2, 60), clock=clock)
