@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("binder.reservation")
 # How long a reservation pod this process deleted is remembered (the informer shows its deletion within it).
 DELETED_MEMORY_S = 600.0
-# A parked wait first waits this long in place: a reservation pod that reports at once (it runs already, or its node
-# is quick) is not worth a trip through the queue, one that a kubelet is still starting (seconds) is.
-PARK_AFTER_S = 0.5
 Obj = dict[str, Any]
 
 
@@ -91,16 +88,14 @@ def gpu_id_of(reservation_pod: Obj) -> str:
 class ReservationService:
     def __init__(self, client: KubeClient, settings: ReservationSettings,
                  reads: ReservationReads | None = None, confirmation: BindRequestConfirmation | None = None,
-                 park_waits: bool = False, park_after_s: float = PARK_AFTER_S) -> None:
+                 park_waits: bool = False) -> None:
         """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server.
         `confirmation`: how the GC confirms a group's BindRequests before a delete; None = list them all.
-        `park_waits`: a reservation pod without its GPU id after `park_after_s` raises ReservationPending instead
-        of holding the caller (a bind worker) until the kubelet has started it; the caller comes back and the
-        wait resumes."""
+        `park_waits`: a reservation pod without its GPU id raises ReservationPending instead of holding the
+        caller (a bind worker) until the kubelet has started it; the caller comes back and the wait resumes."""
         self.client = client
         self.settings = settings
         self.park_waits = park_waits
-        self.park_after_s = park_after_s
         # group -> the parked wait for its reservation pod. A reservation pod waited on is not garbage-collected
         # as unused before its allocation timeout: its fraction pod is not labelled yet, and its BindRequest may
         # be a Failed one being retried, which does not count as active.
@@ -335,9 +330,8 @@ class ReservationService:
                          compute_mode: str) -> str:
         """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
-        attempt starts clean. With `park_waits`, each call waits up to `park_after_s`, then raises
-        ReservationPending while there is time left; the next call for the group carries on with the same pod
-        and deadline.
+        attempt starts clean. With `park_waits`, each call looks once and raises ReservationPending while
+        there is time left; the next call for the group carries on with the same pod and deadline.
 
         The pod is read from the informer cache and re-read whenever the informer applies a change in the
         reservation namespace: one watch serves every wait (a watch per reservation pod cost the API server a
@@ -346,7 +340,6 @@ class ReservationService:
         is declared."""
         ns = self.settings.namespace
         wait = self._start_wait(group, name, uid, node_name, compute_mode)
-        park_at = time.monotonic() + self.park_after_s if self.park_waits else float("inf")
         why, rejected = "timed out", ""
         try:
             while True:
@@ -374,9 +367,9 @@ class ReservationService:
                         raise ReservationError(rejected)
                 if remaining <= 0:
                     break
-                if time.monotonic() >= park_at:
+                if self.park_waits:
                     raise ReservationPending(ns, name, group, changes, remaining)
-                self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0, park_at - time.monotonic()))
+                self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0))
         except (ApiError, ReservationError) as error:
             why = str(error)
         self._end_wait(group, wait)

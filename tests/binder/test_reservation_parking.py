@@ -21,7 +21,7 @@ pytestmark = pytest.mark.apiserver
 def parking_service(api, rsv_namespace, scale_namespace, timeout_s: float = 10) -> ReservationService:
     return ReservationService(api, ReservationSettings(namespace=rsv_namespace, scale_adjust_namespace=scale_namespace,
                                                        allocation_timeout_s=timeout_s),
-                              park_waits=True, park_after_s=0.0)
+                              park_waits=True)
 
 
 def reservation_pods(api, rsv_namespace) -> list[dict]:
