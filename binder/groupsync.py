@@ -27,6 +27,8 @@ GROUP_SYNC_WORKERS = 2
 class GroupReservations(Protocol):
     def sync_for_gpu_group(self, group: str) -> None: ...
 
+    def wait_ends_in(self, group: str) -> float | None: ...
+
 
 def fraction_groups(bind_request: dict[str, Any]) -> list[str]:
     """The GPU groups a Fraction BindRequest selected (none for any other kind), usable as label values."""
@@ -57,6 +59,11 @@ class GpuGroupSync:
             self.metrics.group_syncs.labels(outcome="failure").inc()
             return Result(retry=True)
         self.metrics.group_syncs.labels(outcome="success").inc()
+        waiting = self.reservation.wait_ends_in(group)
+        if waiting is not None:
+            # A bind waits for the group's reservation pod, which the sync kept for it: if that bind went away (its
+            # BindRequest or pod deleted), nothing else may come back for the pod once the wait has timed out.
+            return Result(requeue_after=waiting + 1.0)
         return Result()
 
     def _add(self, groups: list[str]) -> None:

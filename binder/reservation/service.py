@@ -420,6 +420,13 @@ class ReservationService:
         return wait is not None and wait.deadline > time.monotonic() and wait.name == _meta(reservation).get(
             "name") and wait.uid in (None, _meta(reservation).get("uid"))
 
+    def wait_ends_in(self, group: str) -> float | None:
+        """Seconds until the parked wait on the group's reservation pod times out; None without one. Until then the
+        GC keeps that pod, so a sync that found it unused comes back then."""
+        with self._waits_lock:
+            wait = self._waits.get(group)
+        return None if wait is None else max(0.0, wait.deadline - time.monotonic())
+
     def changed_since(self, pending: ReservationPending) -> bool:
         """Has a pod of the reservation namespace changed since `pending` looked (then look again now)?"""
         return self.reads.pod_changes(pending.namespace) != pending.since

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from binder.groupsync import GpuGroupSync, fraction_groups
 from binder.metrics import BinderMetrics
 from common import names
@@ -31,11 +33,15 @@ class Reservations:
     def __init__(self, fail: bool = False) -> None:
         self.synced: list[str] = []
         self.fail = fail
+        self.waits: dict[str, float] = {}  # group -> seconds until its parked wait times out
 
     def sync_for_gpu_group(self, group: str) -> None:
         if self.fail:
             raise RuntimeError("API down")
         self.synced.append(group)
+
+    def wait_ends_in(self, group: str) -> float | None:
+        return self.waits.get(group)
 
 
 def pod(phase: str, scheduler: str = SCHEDULER, **labels: str) -> dict:
@@ -121,3 +127,17 @@ def test_a_failed_sync_is_counted_and_retried_with_backoff():
     assert metrics.get_sample_value("fracgpu_binder_gpu_group_syncs_total", {"outcome": "success"}) == 1
     assert metrics.get_sample_value("controller_runtime_reconcile_total",
                                     {"controller": names.GPU_GROUP_SYNC_QUEUE, "result": "error"}) == 1
+
+
+def test_a_group_whose_reservation_pod_a_bind_waits_for_is_synced_again_once_that_wait_times_out():
+    reservations = Reservations()
+    reservations.waits["g1"] = 0.05
+    sync = started_sync(reservations=reservations)
+    sync.work.process("g1")  # kept for the parked bind; comes back after its timeout
+    sync.work.process("g2")  # no wait: done
+    assert queued(sync) == []
+    reservations.waits.clear()
+    deadline = time.monotonic() + 5
+    while (key := sync.work.queue.get(timeout=0.1)) is None and time.monotonic() < deadline:
+        pass
+    assert key == "g1"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from binder_e2e_kit import make_bind_request, make_pod, wait_phase
+from binder_e2e_kit import make_bind_request, make_pod, wait_for, wait_phase
 
 from common import names
-from common.kube.client import ApiError, KubeClient, pod_path
+from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
 from testbed.players.nodeplayer import NodePlayer
 
 pytestmark = pytest.mark.apiserver
@@ -84,3 +84,20 @@ def test_one_worker_makes_every_reservation_pod_before_the_first_starts(
             assert kube.get(pod_path(namespace, f"f{index}"))["spec"]["nodeName"] == node
     finally:
         player.stop()
+
+
+def test_a_reservation_pod_whose_parked_bind_went_away_is_deleted_once_its_wait_times_out(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node_player.paused = True  # the reservation pod never reports a GPU id
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "gone", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "3")
+    make_bind_request(kube, namespace, "gone", node, fraction_groups=["gw"])
+    wait_for("the bind to be parked on its reservation pod",
+             lambda: kube.get(pod_path(reservation_namespace)).get("items"))
+    # The scheduler gives up: nothing will resume the wait, which kept the pod from the GC meanwhile.
+    kube.delete(bindrequest_path(namespace, "gone"))
+    kube.delete(pod_path(namespace, "gone"))
+    wait_for("the reservation pod to be deleted after the allocation timeout",
+             lambda: not [pod for pod in kube.get(pod_path(reservation_namespace)).get("items") or []
+                          if not pod["metadata"].get("deletionTimestamp")], timeout=30)
