@@ -425,7 +425,8 @@ class ReservationService:
         GC keeps that pod, so a sync that found it unused comes back then."""
         with self._waits_lock:
             wait = self._waits.get(group)
-        return None if wait is None else max(0.0, wait.deadline - time.monotonic())
+        left = None if wait is None else wait.deadline - time.monotonic()
+        return left if left is not None and left > 0 else None
 
     def changed_since(self, pending: ReservationPending) -> bool:
         """Has a pod of the reservation namespace changed since `pending` looked (then look again now)?"""

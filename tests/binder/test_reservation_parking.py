@@ -96,3 +96,14 @@ def test_the_gc_keeps_a_reservation_pod_a_parked_wait_is_on(api, namespace, rsv_
     unparked = ReservationService(api, service.settings)  # the same reading without the wait: deleted
     unparked.sync_for_gpu_group("g1", fresh=True)
     assert reservation_pods(api, rsv_namespace) == []
+
+
+def test_the_wait_a_sync_comes_back_for_ends_with_its_allocation_timeout(api, namespace, rsv_namespace,
+                                                                         scale_namespace, crds):
+    service = parking_service(api, rsv_namespace, scale_namespace, timeout_s=1.0)
+    assert service.wait_ends_in("g1") is None
+    with pytest.raises(ReservationPending):
+        service.reserve_gpu_device(create_pod(api, namespace, fraction_pod_body("p1")), "n1", "g1")
+    assert 0 < service.wait_ends_in("g1") <= 1.0
+    time.sleep(1.1)
+    assert service.wait_ends_in("g1") is None  # over, even though nothing resumed it: no sync comes back again
