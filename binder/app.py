@@ -80,7 +80,10 @@ class BinderApp:
         self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
-        self.reporter = BackgroundReporter(on_depth=self.metrics.reports_pending.set,
+        # As many report writers as bind workers: each report is two writes in a row (condition, status), and with
+        # fewer writers a burst of binds left its statuses seconds behind the last bind.
+        self.reporter = BackgroundReporter(threads=settings.max_concurrent_reconciles,
+                                           on_depth=self.metrics.reports_pending.set,
                                            max_pending=settings.max_pending_reports)
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, sharing_mode=settings.gpu_sharing_mode,

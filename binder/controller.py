@@ -21,7 +21,8 @@ from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
-from binder.reservation.service import ReservationPending
+from binder.reservation.gc import is_live_reservation
+from binder.reservation.service import ReservationPending, gpu_id_of
 from binder.settings import Settings
 from common import names
 from common.kube.cache import EventHandlers, object_key
@@ -102,10 +103,12 @@ class BindRequestController:
         # A BindRequest parked on a reservation pod comes back as soon as that pod changes.
         self.caches.pods.add_handlers(EventHandlers(
             on_add=self._on_pod_change, on_update=lambda _old, new: self._on_pod_change(new),
-            on_delete=self._on_pod_change))
+            on_delete=lambda pod: self._on_pod_change(pod, gone=True)))
 
-    def _on_pod_change(self, pod: dict[str, Any]) -> None:
-        if self._parked:  # the informer's thread: nothing to do in the common case, not even a lock
+    def _on_pod_change(self, pod: dict[str, Any], gone: bool = False) -> None:
+        # The informer's thread: nothing to do in the common case, not even a lock. A reservation pod that is
+        # created or starts without its GPU id yet leaves its binds parked.
+        if self._parked and (gone or gpu_id_of(pod) or not is_live_reservation(pod)):
             self._wake(object_key(pod))
 
     def _wake(self, reservation_key: str) -> None:

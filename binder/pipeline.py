@@ -119,6 +119,8 @@ class Reservations(Protocol):
 
     def changed_since(self, pending: ReservationPending) -> bool: ...
 
+    def wait_ends_in(self, group: str) -> float | None: ...
+
 
 class Pipeline:
     def __init__(self, client: KubeClient, reservation: Reservations, plugins: Sequence[BinderPlugin],
@@ -146,11 +148,12 @@ class Pipeline:
         fields = ctx.log_fields()
         for failure in run_step(self.plugins, "precheck", ctx):  # before any side effect (L6)
             raise BindFailure("prebind", str(failure)) from failure.error
-        try:
-            self.reservation.sync_for_node(node_name)
-        except Exception as error:  # noqa: BLE001 - clean-up of other groups: never fails this bind (M7)
-            log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns, name,
-                        node_name, error, extra=fields)
+        if not self._resuming(ctx):  # a parked bind coming back did this on its first pass
+            try:
+                self.reservation.sync_for_node(node_name)
+            except Exception as error:  # noqa: BLE001 - clean-up of other groups: never fails this bind (M7)
+                log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns,
+                            name, node_name, error, extra=fields)
 
         annotations = bind_annotations(ctx.bind_request)
         if bindrequest.is_fraction(ctx.bind_request):
@@ -187,6 +190,13 @@ class Pipeline:
 
         for failure in run_step(self.plugins, "postbind", ctx):  # PostBind cannot fail a bind that went through
             log.error("%s", failure, exc_info=failure.error, extra={**fields, "plugin": failure.plugin})
+
+    def _resuming(self, ctx: BindContext) -> bool:
+        """Does a parked wait on a reservation pod of this bind's groups go on (ReservationPending)?"""
+        if not bindrequest.is_fraction(ctx.bind_request):
+            return False
+        return any(self.reservation.wait_ends_in(group.id) is not None
+                   for group in bindrequest.fractional_gpu_groups(ctx.bind_request))
 
     def _drop_stale_groups(self, ctx: BindContext, groups: list[str]) -> None:
         """Labels are reconciled to exactly `groups` (M2): an attempt for an earlier placement (cut short by a

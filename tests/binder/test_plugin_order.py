@@ -45,6 +45,9 @@ class FakeReservation:
     def sync_for_gpu_group(self, group: str, fresh: bool = False) -> None:
         return None
 
+    def wait_ends_in(self, group: str) -> float | None:
+        return None
+
 
 class Recording:
     """Wraps a built plugin and records when its PreBind starts and ends."""
