@@ -22,7 +22,8 @@ from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
 from binder.reservation.gc import is_live_reservation
-from binder.reservation.service import ReservationPending, gpu_id_of
+from binder.reservation.service import gpu_id_of
+from binder.reservation.waits import ReservationPending
 from binder.settings import Settings
 from common import names
 from common.kube.cache import EventHandlers, object_key

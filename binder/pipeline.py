@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from binder import status as st
 from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
 from binder.plugins.chain import run_step
-from binder.reservation.service import ReservationPending
+from binder.reservation.waits import ReservationPending
 from common import bindrequest, names
 from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
 

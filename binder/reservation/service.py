@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from binder.reservation import gc
@@ -28,6 +27,7 @@ from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import ApiReads, BindRequestConfirmation, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
+from binder.reservation.waits import ParkedWaits, ReservationPending, Wait
 from common import gpugroups, names
 from common.kube.client import ApiError, pod_path
 from common.objects import meta as _meta
@@ -43,31 +43,6 @@ Obj = dict[str, Any]
 
 class ReservationError(Exception):
     """A reservation step failed; the message names the pod or group and the step."""
-
-
-class ReservationPending(Exception):  # noqa: N818 - not an error: "come back later"
-    """The group's reservation pod has not reported its GPU id yet (ReservationService(park_waits=True)).
-
-    Nothing is to be undone: the caller comes back when the pod changes (`changed_since` tells whether it already
-    has) or after `recheck_s`, and the wait resumes where it stopped, within the same allocation timeout."""
-
-    def __init__(self, namespace: str, name: str, group: str, since: int, recheck_s: float) -> None:
-        super().__init__(f"waiting for GPU reservation pod {namespace}/{name} of gpu group {group} to allocate")
-        self.namespace, self.name, self.group = namespace, name, group
-        self.since = since  # the namespace's pod change counter before the pod was last looked at
-        self.recheck_s = recheck_s
-
-
-@dataclass
-class _Wait:
-    """A parked wait for a reservation pod's GPU id: which pod, and when the allocation timeout ends."""
-
-    name: str
-    uid: str | None
-    node: str
-    compute_mode: str
-    deadline: float  # time.monotonic()
-    seen: bool = False
 
 
 def _ref(obj: Obj) -> str:
@@ -96,11 +71,10 @@ class ReservationService:
         self.client = client
         self.settings = settings
         self.park_waits = park_waits
-        # group -> the parked wait for its reservation pod. A reservation pod waited on is not garbage-collected
-        # as unused before its allocation timeout: its fraction pod is not labelled yet, and its BindRequest may
-        # be a Failed one being retried, which does not count as active.
-        self._waits: dict[str, _Wait] = {}
-        self._waits_lock = threading.Lock()
+        # A reservation pod waited on is not garbage-collected as unused before its allocation timeout: its fraction
+        # pod is not labelled yet, and its BindRequest may be a Failed one being retried, which does not count as
+        # active.
+        self.waits = ParkedWaits(settings.allocation_timeout_s)
         self.api = ApiReads(client)
         self.reads: ReservationReads = reads or self.api
         self.confirmation = confirmation or BindRequestConfirmation(self.api)
@@ -178,7 +152,7 @@ class ReservationService:
             except ApiError as error:
                 raise ReservationError(f"failed to list BindRequests: {error}") from error
             reservation = group_pods.reservation or {}
-            if self._waited_on(group, reservation):
+            if self.waits.holds(group, reservation):
                 log.info("Skipping reservation pod deletion, a BindRequest waits for its GPU id",
                          extra=_log_fields(reservation, group))
                 return
@@ -268,7 +242,7 @@ class ReservationService:
         ns = self.settings.namespace
         fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
                   "fields": {"group": group}}
-        parked = self._parked_wait(group, node_name, compute_mode)
+        parked = self.waits.resumable(group, node_name, compute_mode) if self.park_waits else None
         if parked is not None:  # a wait of an earlier call: carry on with it, within its allocation timeout
             return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode)
         cached = self._cached_gpu_id(node_name, group, compute_mode)
@@ -354,7 +328,7 @@ class ReservationService:
                 else:
                     wait.seen, wait.uid = True, wait.uid or _meta(reservation).get("uid")
                     if gpu_id_of(reservation):
-                        self._end_wait(group, wait)
+                        self.waits.end(group, wait)
                         return gpu_id_of(reservation)
                     if _meta(reservation).get("deletionTimestamp"):
                         # A terminating pod's program is being stopped; it will never report a GPU.
@@ -372,7 +346,7 @@ class ReservationService:
                 self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0))
         except (ApiError, ReservationError) as error:
             why = str(error)
-        self._end_wait(group, wait)
+        self.waits.end(group, wait)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
         if wait.uid:
             self._remember_deleted(wait.uid)
@@ -387,46 +361,15 @@ class ReservationService:
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
 
     # ------------------------------------------------------------------ parked waits
-    def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str) -> _Wait:
-        """The wait for `name`: a parked one that is still ours, or a new one with the full allocation timeout."""
-        now = time.monotonic()
-        fresh = _Wait(name, uid, node_name, compute_mode, now + self.settings.allocation_timeout_s)
-        if not self.park_waits:
-            return fresh
-        with self._waits_lock:
-            for stale in [g for g, w in self._waits.items() if w.deadline < now - self.settings.allocation_timeout_s]:
-                del self._waits[stale]  # its BindRequests went away while it waited
-            wait = self._waits.get(group)
-            if wait is None or wait.name != name or (uid and wait.uid and wait.uid != uid):
-                wait = self._waits[group] = fresh
-            return wait
-
-    def _end_wait(self, group: str, wait: _Wait) -> None:
-        with self._waits_lock:
-            if self._waits.get(group) is wait:
-                del self._waits[group]
-
-    def _parked_wait(self, group: str, node_name: str, compute_mode: str) -> _Wait | None:
-        with self._waits_lock:
-            wait = self._waits.get(group)
-        if wait is None or wait.node != node_name or wait.compute_mode != compute_mode:
-            return None  # another placement of the group: decided afresh below
-        return wait
-
-    def _waited_on(self, group: str, reservation: Obj) -> bool:
-        """Is `reservation` the pod of a parked wait still within its allocation timeout?"""
-        with self._waits_lock:
-            wait = self._waits.get(group)
-        return wait is not None and wait.deadline > time.monotonic() and wait.name == _meta(reservation).get(
-            "name") and wait.uid in (None, _meta(reservation).get("uid"))
+    def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str) -> Wait:
+        if self.park_waits:
+            return self.waits.start(group, name, uid, node_name, compute_mode)
+        return Wait(name, uid, node_name, compute_mode, time.monotonic() + self.settings.allocation_timeout_s)
 
     def wait_ends_in(self, group: str) -> float | None:
         """Seconds until the parked wait on the group's reservation pod times out; None without one. Until then the
         GC keeps that pod, so a sync that found it unused comes back then."""
-        with self._waits_lock:
-            wait = self._waits.get(group)
-        left = None if wait is None else wait.deadline - time.monotonic()
-        return left if left is not None and left > 0 else None
+        return self.waits.ends_in(group)
 
     def changed_since(self, pending: ReservationPending) -> bool:
         """Has a pod of the reservation namespace changed since `pending` looked (then look again now)?"""

@@ -10,8 +10,9 @@ import pytest
 from partb_kit import create_pod, fraction_pod_body, get_pod
 
 from binder.reservation.groups import reservation_pod_name
-from binder.reservation.service import ReservationError, ReservationPending, ReservationService
+from binder.reservation.service import ReservationError, ReservationService
 from binder.reservation.settings import ReservationSettings
+from binder.reservation.waits import ReservationPending
 from common import names
 from common.kube.client import ApiError, pod_path
 
