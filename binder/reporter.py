@@ -83,7 +83,8 @@ class BackgroundReporter:
             if done:
                 self._queue.forget(key)
                 with self._room:
-                    if self._reports.get(key) is report:
+                    # None: a delayed retry of a report written since (a resubmit ran it sooner): nothing to drop.
+                    if report is not None and self._reports.get(key) is report:
                         del self._reports[key]
                     depth = len(self._reports)
                     self._room.notify_all()

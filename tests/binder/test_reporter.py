@@ -90,3 +90,27 @@ def test_background_writes_get_their_reserved_share_while_binds_keep_the_bucket_
         assert got.wait(2.0), "background work starved while binds were busy"
     finally:
         stop.set()
+
+
+def test_a_retry_that_comes_due_after_the_report_was_written_is_harmless():
+    """A failed report is re-queued with backoff; a resubmit of the key runs it sooner and it is written. The
+    delayed retry then finds no report: the reporter thread must go on (it died of a KeyError before)."""
+    tries: list[int] = []
+
+    def fails_once() -> bool:
+        tries.append(1)
+        return len(tries) > 1
+
+    reporter = BackgroundReporter(threads=1, base_delay_s=0.3, max_delay_s=0.3)
+    reporter.submit("ns/br", fails_once)
+    deadline = time.monotonic() + 5
+    while not tries and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reporter.submit("ns/br", fails_once)  # queued now, ahead of the retry due in 0.3 s
+    assert reporter.flush(timeout=5)
+    time.sleep(0.5)  # the delayed retry comes due and finds nothing to write
+    written_after: list[str] = []
+    reporter.submit("ns/other", lambda: written_after.append("ok") or True)
+    assert reporter.flush(timeout=5)
+    assert written_after == ["ok"]  # the thread is alive
+    reporter.stop()
