@@ -56,6 +56,10 @@ class ReservationReads(Protocol):
     def pod(self, namespace: str, name: str) -> Obj | None:
         """The pod as this source has it now; None if it has none (raises ApiError if it cannot say)."""
 
+    def shows_version(self, resource_version: str) -> bool:
+        """Whether this source holds every pod change up to `resource_version`, so that a pod created at that version
+        and missing here is gone; False when it cannot tell."""
+
     def pod_changes(self, namespace: str) -> int:
         """A counter of the changes seen to pods of `namespace`, for wait_for_pod_change."""
 
@@ -127,6 +131,9 @@ class ApiReads:
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.client.get_or_none(pod_path(namespace, name))
+
+    def shows_version(self, resource_version: str) -> bool:
+        return True  # every read is the API server's answer now
 
     def pod_changes(self, namespace: str) -> int:
         return 0
@@ -209,6 +216,12 @@ class CacheReads:
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.caches.pods.get(namespace, name)
+
+    def shows_version(self, resource_version: str) -> bool:
+        # The informer moves its resourceVersion only once its store holds the change (a watch event, a bookmark or
+        # a list). resourceVersions are etcd revisions, compared as numbers as the informer itself does.
+        current = self.caches.pods.resource_version
+        return resource_version.isdigit() and current.isdigit() and int(current) >= int(resource_version)
 
     def pod_changes(self, namespace: str) -> int:
         with self._changed:

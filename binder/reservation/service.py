@@ -27,7 +27,7 @@ from binder.reservation.locks import GroupLocks
 from binder.reservation.lookups import ApiReads, BindRequestConfirmation, ReservationReads
 from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.settings import ReservationSettings
-from binder.reservation.waits import ParkedWaits, ReservationPending, Wait
+from binder.reservation.waits import ParkedWaits, ReservationPending, ReservationPodGone, Wait, look
 from common import gpugroups, names
 from common.kube.client import ApiError, pod_path
 from common.objects import meta as _meta
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("binder.reservation")
 # How long a reservation pod this process deleted is remembered (the informer shows its deletion within it).
 DELETED_MEMORY_S = 600.0
+# A parked bind whose reservation pod the informer has not shown yet looks again within this, events or not.
+UNSEEN_RECHECK_S = 1.0
 Obj = dict[str, Any]
 
 
@@ -244,7 +246,8 @@ class ReservationService:
                   "fields": {"group": group}}
         parked = self.waits.resumable(group, node_name, compute_mode) if self.park_waits else None
         if parked is not None:  # a wait of an earlier call: carry on with it, within its allocation timeout
-            return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode)
+            return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode,
+                                         parked.version)
         cached = self._cached_gpu_id(node_name, group, compute_mode)
         if cached:
             return cached
@@ -277,21 +280,22 @@ class ReservationService:
                 return gpu_id_of(reservation)
             log.info("reservation pod has no GPU id yet, waiting", extra=fields)
             return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"),
-                                         group, node_name, compute_mode)
+                                         group, node_name, compute_mode, _meta(reservation).get("resourceVersion", ""))
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
         body = build_reservation_pod(self.settings, node_name, group, pod, compute_mode)
         name = body["metadata"]["name"]
-        uid = None
+        uid, version = None, ""
         try:
-            uid = _meta(self.client.create(pod_path(ns), body)).get("uid")
+            created = _meta(self.client.create(pod_path(ns), body))
+            uid, version = created.get("uid"), created.get("resourceVersion", "")
             log.info("GPU reservation pod created", extra={**fields, "fields": {"group": group, "reservation": name}})
         except ApiError as error:
             if not error.already_exists:
                 raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
             log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
-        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode)
+        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode, version)
 
     def _scaling_up(self) -> bool:
         try:
@@ -301,7 +305,7 @@ class ReservationService:
             return False
 
     def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None, group: str, node_name: str,
-                         compute_mode: str) -> str:
+                         compute_mode: str, version: str = "") -> str:
         """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
         attempt starts clean. With `park_waits`, each call looks once and raises ReservationPending while
@@ -311,22 +315,16 @@ class ReservationService:
         reservation namespace: one watch serves every wait (a watch per reservation pod cost the API server a
         request and a TLS connection per GPU). An API blip or a broken watch does not end the wait, the
         informer resumes (M3); a cache that fell behind gets one read from the API server before a timeout
-        is declared."""
+        is declared. A pod the informer has not shown yet is judged by waits.look: gone once the informer is past its creation."""
         ns = self.settings.namespace
-        wait = self._start_wait(group, name, uid, node_name, compute_mode)
+        wait = self._start_wait(group, name, uid, node_name, compute_mode, version)
         why, rejected = "timed out", ""
         try:
             while True:
                 changes = self.reads.pod_changes(ns)
                 remaining = wait.deadline - time.monotonic()
-                reservation = self.reads.pod(ns, name) if remaining > 0 else self.api.pod(ns, name)
-                if reservation is not None and wait.uid and _meta(reservation).get("uid") != wait.uid:
-                    reservation = None  # a pod of that name before ours, or after it: not ours
-                if reservation is None:
-                    if wait.seen:
-                        raise ReservationError("reservation pod was deleted")
-                else:
-                    wait.seen, wait.uid = True, wait.uid or _meta(reservation).get("uid")
+                reservation = look(wait, ns, self.reads, self.api, final=remaining <= 0)
+                if reservation is not None:
                     if gpu_id_of(reservation):
                         self.waits.end(group, wait)
                         return gpu_id_of(reservation)
@@ -342,9 +340,12 @@ class ReservationService:
                 if remaining <= 0:
                     break
                 if self.park_waits:
-                    raise ReservationPending(ns, name, group, changes, remaining)
+                    # A pod the informer has not shown yet comes back soon even without an event: a re-list after a
+                    # broken watch sends none for a pod that came and went in between.
+                    raise ReservationPending(ns, name, group, changes,
+                                             remaining if wait.seen else min(remaining, UNSEEN_RECHECK_S))
                 self.reads.wait_for_pod_change(ns, changes, min(remaining, 1.0))
-        except (ApiError, ReservationError) as error:
+        except (ApiError, ReservationError, ReservationPodGone) as error:
             why = str(error)
         self.waits.end(group, wait)
         log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
@@ -361,10 +362,12 @@ class ReservationService:
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
 
     # ------------------------------------------------------------------ parked waits
-    def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str) -> Wait:
+    def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str,
+                    version: str) -> Wait:
         if self.park_waits:
-            return self.waits.start(group, name, uid, node_name, compute_mode)
-        return Wait(name, uid, node_name, compute_mode, time.monotonic() + self.settings.allocation_timeout_s)
+            return self.waits.start(group, name, uid, node_name, compute_mode, version)
+        return Wait(name, uid, node_name, compute_mode, time.monotonic() + self.settings.allocation_timeout_s,
+                    version)
 
     def wait_ends_in(self, group: str) -> float | None:
         """Seconds until the parked wait on the group's reservation pod times out; None without one. Until then the

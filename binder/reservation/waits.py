@@ -8,9 +8,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.objects import meta as _meta
+
+if TYPE_CHECKING:
+    from binder.reservation.lookups import ApiReads, ReservationReads
 
 
 class ReservationPending(Exception):  # noqa: N818 - not an error: "come back later"
@@ -26,6 +29,10 @@ class ReservationPending(Exception):  # noqa: N818 - not an error: "come back la
         self.recheck_s = recheck_s
 
 
+class ReservationPodGone(Exception):
+    """The waited-on reservation pod was deleted, or replaced by another pod of its name: no GPU id will come."""
+
+
 @dataclass
 class Wait:
     """A wait for a reservation pod's GPU id: which pod, and when the allocation timeout ends."""
@@ -35,7 +42,10 @@ class Wait:
     node: str
     compute_mode: str
     deadline: float  # time.monotonic()
-    seen: bool = False
+    # The pod's resourceVersion when it was created or last read from the API server: once the informer holds every
+    # change up to it, a pod missing from the informer is gone (issue 32). "" when not known.
+    version: str = ""
+    seen: bool = False  # the informer has shown the pod: missing from it now, it is gone
 
 
 class ParkedWaits:
@@ -47,7 +57,8 @@ class ParkedWaits:
         self._waits: dict[str, Wait] = {}
         self._lock = threading.Lock()
 
-    def start(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str) -> Wait:
+    def start(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str,
+              version: str = "") -> Wait:
         """The wait on `name`: the group's parked one if it is on that very pod, else a new one."""
         now = time.monotonic()
         with self._lock:
@@ -55,7 +66,8 @@ class ParkedWaits:
                 del self._waits[stale]
             wait = self._waits.get(group)
             if wait is None or wait.name != name or (uid and wait.uid and wait.uid != uid):
-                wait = self._waits[group] = Wait(name, uid, node_name, compute_mode, now + self.timeout_s)
+                wait = self._waits[group] = Wait(name, uid, node_name, compute_mode, now + self.timeout_s,
+                                                       version)
             return wait
 
     def end(self, group: str, wait: Wait) -> None:
@@ -84,3 +96,36 @@ class ParkedWaits:
             wait = self._waits.get(group)
         left = None if wait is None else wait.deadline - time.monotonic()
         return left if left is not None and left > 0 else None
+
+
+def look(wait: Wait, namespace: str, reads: ReservationReads, api: ApiReads, *, final: bool) -> dict[str, Any] | None:
+    """The waited-on pod now: from `reads` (the informer), or from the API server where the informer's absence says
+    nothing (`final`: the last look before a timeout) or would end the wait. None while the informer has not reached
+    the pod's creation; raises ReservationPodGone once the pod is gone.
+
+    A pod the informer has not shown yet is not waited for blindly (issue 32): once the informer holds every change
+    up to the version the pod was created at, its absence means it is gone, which the API server confirms (right
+    even when the informer is ahead of an etcd restored from a backup, M1)."""
+
+    def ours(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+        # A pod of that name before ours, or after it, is not ours.
+        return None if pod is None or (wait.uid and _meta(pod).get("uid") != wait.uid) else pod
+
+    if final:
+        reservation = ours(api.pod(namespace, wait.name))
+        if reservation is None and wait.seen:
+            raise ReservationPodGone("reservation pod was deleted")
+        return reservation
+    reservation = ours(reads.pod(namespace, wait.name))
+    if reservation is not None:
+        wait.seen, wait.uid = True, wait.uid or _meta(reservation).get("uid")
+        return reservation
+    if wait.seen:
+        raise ReservationPodGone("reservation pod was deleted")
+    if wait.version and not reads.shows_version(wait.version):
+        return None  # the informer has not applied the pod's creation yet
+    reservation = ours(api.pod(namespace, wait.name))
+    if reservation is None:
+        raise ReservationPodGone("reservation pod was deleted")
+    wait.uid, wait.version = wait.uid or _meta(reservation).get("uid"), _meta(reservation).get("resourceVersion", "")
+    return reservation

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from binder_e2e_kit import (
     configmaps,
@@ -149,6 +151,33 @@ def test_reservation_pod_going_away_while_waiting_fails_the_attempt(binder, kube
     wait_for("reservation pod created", lambda: exists(kube, rsv))
     kube.delete(rsv, params={"gracePeriodSeconds": grace})
     br = wait_phase(kube, namespace, "t2", names.PHASE_FAILED, attempts=1, timeout=20)
+    assert "failed waiting for GPU reservation pod to allocate" in br["status"]["reason"]
+
+
+class DeletesReservationPodsAtOnce(KubeClient):
+    """A client that deletes (grace 0) every reservation pod it creates as soon as it is created, and gives the
+    informer a moment to apply both before the bind first looks: the bind never sees its pod in the cache (issue
+    32; tests/binder/test_reservation_parking_interleavings.py holds each interleaving deterministically)."""
+
+    def create(self, path: str, body: dict) -> dict:
+        created = super().create(path, body)
+        meta = created.get("metadata") or {}
+        if created.get("kind") == "Pod" and names.GPU_GROUP_LABEL in (meta.get("labels") or {}) \
+                and names.APP_LABEL in (meta.get("labels") or {}):
+            self.delete(pod_path(meta["namespace"], meta["name"]), params={"gracePeriodSeconds": "0"})
+            time.sleep(0.5)
+        return created
+
+
+def test_reservation_pod_gone_before_the_bind_looked_fails_the_attempt_promptly(binder, kube, namespace,
+                                                                                 make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "t3", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "60", client_class=DeletesReservationPodsAtOnce)
+    make_bind_request(kube, namespace, "t3", node, fraction_groups=["gg"])
+    # Well inside the 60 s allocation timeout: the attempt fails at the look after the deletion.
+    br = wait_phase(kube, namespace, "t3", names.PHASE_FAILED, attempts=1, timeout=10)
     assert "failed waiting for GPU reservation pod to allocate" in br["status"]["reason"]
 
 
