@@ -77,6 +77,8 @@ class BinderApp:
         for informer in self.caches.all():  # read at each scrape
             self.metrics.informer_synced.labels(resource=informer.name).set_function(
                 lambda informer=informer: 1.0 if informer.synced else 0.0)
+        # Built before the controller: the reservation reads' pod handler (the namespace change counter) must run
+        # before the controller's wake-up handler for the same event, or a bind parking just then misses both.
         self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
