@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries chart-tools promtool real-node-deps test lock sbom reservation-venv
+.PHONY: install k8s-binaries chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -58,7 +58,18 @@ promtool:
 real-node-deps:
 	tools/install-real-node-deps.sh
 
-test: install k8s-binaries chart-tools promtool real-node-deps
+# buildah and mmdebstrap (apt) for `make images`; idempotent. Needs Linux and root.
+image-tools:
+	tools/install-image-tools.sh
+
+# Both Dockerfile targets (fracgpu, reservation) as OCI archives for `ctr images import`, built with buildah: no Docker
+# daemon, no registry (PYTHON_IMAGE is a stand-in made from Debian bookworm's packages), this machine's pip settings
+# and CA bundle mounted into the build. Cached in $${FRACGPU_IMAGE_CACHE:-~/.cache/fracgpu/dockerfile-images} by a
+# hash of the inputs: a no-op when nothing changed (docs/images.md).
+images: image-tools
+	$(PYTHON) -m testbed.images
+
+test: install k8s-binaries chart-tools promtool real-node-deps images
 	$(PYTHON) -m pytest -q
 
 .PHONY: demo

@@ -11,26 +11,12 @@ if [[ "$(uname -s)" != "Linux" || "$(id -u)" != "0" ]]; then
     log "real nodes need Linux and root; skipping their install (python -m testbed.demo --played-nodes runs here)"
     exit 0
 fi
-# package|a file it installs
-PACKAGES=(
-    "containerd|/usr/bin/containerd"
-    "runc|/usr/sbin/runc"
-    "containernetworking-plugins|/usr/lib/cni/bridge"
-    "busybox-static|/usr/bin/busybox"
-    "iptables|/usr/sbin/iptables"
+source "$ROOT/tools/lib/apt.sh"
+apt_install_missing real-node-deps \
+    "containerd|/usr/bin/containerd" \
+    "runc|/usr/sbin/runc" \
+    "containernetworking-plugins|/usr/lib/cni/bridge" \
+    "busybox-static|/usr/bin/busybox" \
+    "iptables|/usr/sbin/iptables" \
     "conntrack|/usr/sbin/conntrack"
-)
-missing=()
-for entry in "${PACKAGES[@]}"; do
-    [[ -e "${entry#*|}" ]] || missing+=("${entry%%|*}")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-    log "apt-get install ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null || log "apt-get update failed; trying the install with the lists we have"
-    # --no-install-recommends: containerd's recommends pull in nothing the nodes use.
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-else
-    log "apt packages present"
-fi
 "$ROOT/tools/build-k8s.sh"

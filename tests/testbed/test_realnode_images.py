@@ -4,7 +4,6 @@ all three. Root is needed (chroot, containerd); missing tools fail, never skip."
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
@@ -17,7 +16,6 @@ import stat
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,9 @@ import pytest
 
 from testbed.realnodes import images
 from testbed.realnodes.images import PAUSE_IMAGE, RESERVATION_IMAGE, WORKLOAD_IMAGE, ImageBuildError, build_all
+from testbed.realnodes.throwaway import throwaway_containerd
 
 NAMES = (PAUSE_IMAGE, WORKLOAD_IMAGE, RESERVATION_IMAGE)
-CONTAINERD, CTR = Path("/usr/bin/containerd"), Path("/usr/bin/ctr")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 RESERVATION_IMPORTS = ("import binder.reservation.program, urllib3, yaml, pynvml, ssl, json;"
                        " from yaml import CSafeLoader; print('ok')")
@@ -271,59 +269,7 @@ def test_missing_tools_fail_with_what_to_install(tmp_path: Path, monkeypatch: py
     assert not leftovers, f"failed builds left {leftovers}"
 
 
-def mounts_under(directory: Path) -> list[str]:
-    points = [line.split()[4].replace("\\040", " ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    return sorted((p for p in points if p == str(directory) or p.startswith(f"{directory}/")), key=len, reverse=True)
-
-
-@contextlib.contextmanager
-def throwaway_containerd(tmp_path: Path) -> Iterator[list[str]]:
-    """A containerd with its own root, state and socket under tmp_path; yields the `ctr` command line for it."""
-    socket = tmp_path / "c.sock"
-    disabled = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.tracing"] + [
-        f"io.containerd.snapshotter.v1.{name}" for name in ("btrfs", "zfs", "devmapper", "aufs")]
-    config = tmp_path / "config.toml"
-    config.write_text(f"""version = 2
-root = "{tmp_path / 'root'}"
-state = "{tmp_path / 'state'}"
-disabled_plugins = {json.dumps(disabled)}
-[grpc]
-  address = "{socket}"
-[ttrpc]
-  address = "{socket}.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{tmp_path / 'opt'}"
-[plugins."io.containerd.snapshotter.v1.overlayfs"]
-  root_path = "{tmp_path / 'root' / 'overlayfs'}"
-""")
-    (tmp_path / "tmp").mkdir()
-    log = tmp_path / "containerd.log"
-    ctr = [str(CTR), "--address", str(socket), "-n", "k8s.io"]
-    with open(log, "wb") as out:
-        process = subprocess.Popen([str(CONTAINERD), "--config", str(config)], stdout=out, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "TMPDIR": str(tmp_path / "tmp")}, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"containerd did not start (exit {process.poll()}):\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield ctr
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for point in mounts_under(tmp_path):
-            subprocess.run(["umount", "--lazy", point], check=False)
-        assert not mounts_under(tmp_path)
-
-
 def test_containerd_imports_all_three(built: Built, tmp_path: Path) -> None:
-    if not CONTAINERD.is_file() or not CTR.is_file():
-        pytest.fail(f"containerd is not installed ({CONTAINERD}, {CTR} missing): apt-get install containerd")
     with throwaway_containerd(tmp_path) as ctr:
         for tarball in built.tarballs.values():
             result = subprocess.run([*ctr, "images", "import", "--all-platforms", "--snapshotter", "overlayfs",
