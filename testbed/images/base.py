@@ -63,6 +63,9 @@ def ensure_base(buildah: Buildah, cache: Path) -> str:
             if stale != tarball:
                 stale.unlink(missing_ok=True)
     buildah.import_rootfs(tarball, name, ENV, "python3")
+    for old in buildah.tags(NAME):  # bases of older keys: vfs keeps each as a full copy
+        if old != name:
+            buildah.remove_image(old)
     return name
 
 

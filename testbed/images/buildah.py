@@ -52,6 +52,11 @@ class Buildah:
                                 stdin=subprocess.DEVNULL)
         return result.returncode == 0
 
+    def tags(self, repository: str) -> list[str]:
+        """Every repository:tag of repository in the storage."""
+        listing = run([*self.argv, "images", "--format", "{{.Name}}:{{.Tag}}"], "buildah images", INSTALL)
+        return [line for line in listing.split() if line.startswith(f"{repository}:")]
+
     def import_rootfs(self, tarball: Path, name: str, env: list[str], cmd: str) -> None:
         """An image of one layer, the root file system in tarball, under name (a base image buildah can build FROM)."""
         fix = f"check the disk space under {tarball.parent}, then run make images again"
@@ -89,6 +94,6 @@ class Buildah:
             f"check the disk space under {archive.parent}, then run make images again")
 
     def remove_image(self, image: str) -> None:
-        """Drop a built image from the storage once its archive is written (vfs keeps every layer as a full copy)."""
+        """Drop an image from the storage (vfs keeps every layer as a full copy)."""
         subprocess.run([*self.argv, "rmi", "--force", image], capture_output=True, check=False,
                        stdin=subprocess.DEVNULL)
