@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -30,6 +31,7 @@ from extender.verbs import Verbs
 log = logging.getLogger("extender")
 
 _EXPIRE_EVERY_S = 30.0
+_SYNC_LOG_EVERY_S = 10.0
 
 
 _POD_ANNOTATIONS = (names.GPU_FRACTION, names.GPU_MEMORY, names.GPU_FRACTION_NUM_DEVICES,
@@ -101,7 +103,7 @@ class ExtenderApp:
         ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
-                           requeue=self.requeue)
+                           requeue=self.requeue, unsynced=self.unsynced)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
@@ -148,10 +150,16 @@ class ExtenderApp:
             return pod
         return self.client.get_or_none(pod_path(namespace, name))
 
-    def ready(self) -> tuple[bool, str]:
+    def unsynced(self) -> str:
+        """Which informers have not applied their first list, and why; "" once all three have. An informer is
+        synced only after its list's handlers ran, so the ledger is complete from then on."""
         if self.informers.synced:
-            return True, "ok"
-        return False, self.informers.unsynced_reason()
+            return ""
+        return self.informers.unsynced_reason().removeprefix("caches not synced: ")
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = self.unsynced()
+        return (False, f"caches not synced: {waiting}") if waiting else (True, "ok")
 
     def start(self) -> None:
         for address, routes, name, flag in (
@@ -167,9 +175,21 @@ class ExtenderApp:
         self.server.start()
         self.requeue.start()
         threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
-        log.info("extender serving", extra={"fields": {
+        threading.Thread(target=self._log_synced, args=(time.monotonic(),), name="extender-synced",
+                         daemon=True).start()
+        log.info("extender serving; it places no pod until its caches are synced", extra={"fields": {
             "bind_address": f"{self.settings.bind_address[0]}:{self.server.port}",
             "policy": self.settings.policy.value, "bind_timeout_s": self.settings.bind_timeout_s}})
+
+    def _log_synced(self, started: float) -> None:
+        while not self.stopped.is_set():
+            if self.informers.wait_synced(_SYNC_LOG_EVERY_S):
+                log.info("caches synced: placing pods", extra={"fields": {
+                    "after_s": round(time.monotonic() - started, 2), "pods": len(self.pods),
+                    "nodes": len(self.nodes), "bind_requests": len(self.bind_requests)}})
+                return
+            log.warning("caches not synced yet: every filter and bind is answered with an error",
+                        extra={"fields": {"waiting": self.unsynced()}})
 
     def _expire_pending(self) -> None:
         while not self.stopped.wait(_EXPIRE_EVERY_S):

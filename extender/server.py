@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from common.gpuclaims import InvalidRequest
 from extender import protocol
-from extender.verbs import Verbs
+from extender.verbs import CachesNotSynced, Verbs
 
 log = logging.getLogger("extender.server")
 
@@ -39,8 +39,11 @@ class ExtenderMetrics:
         self.binds = Counter("fracgpu_extender_binds_total",
                              "Bind calls by outcome: bound, failed (the binder's reason went back), refused "
                              "(the node filled up since filter, or the pod's BindRequest places it elsewhere), "
-                             "error (bad request)", ["outcome"],
+                             "error (bad request), not_synced (the caches were not full yet)", ["outcome"],
                              registry=registry)
+        self.not_synced = Counter("fracgpu_extender_not_synced_answers_total",
+                                  "Verb calls answered with an error because the caches had not applied their first "
+                                  "lists yet (the scheduler retries them)", ["verb"], registry=registry)
         self.requeues = Counter("fracgpu_extender_requeues_total",
                                 "Pending pods the extender had refused everywhere, woken for the scheduler once GPUs "
                                 "they fit were freed, by outcome (patched, failed)", ["outcome"], registry=registry)
@@ -53,12 +56,17 @@ class ExtenderServer:
     def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics) -> None:
         self.verbs = verbs
         self.metrics = metrics
-        verbs.on_bind = lambda outcome: metrics.binds.labels(outcome).inc()
+        verbs.on_bind = self._count_bind
         self.routes: dict[str, Callable[[bytes], Any]] = {
             "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind}
         self.httpd = ThreadingHTTPServer(address, _handler(self))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="extender-http", daemon=True)
+
+    def _count_bind(self, outcome: str) -> None:
+        self.metrics.binds.labels(outcome).inc()
+        if outcome == "not_synced":
+            self.metrics.not_synced.labels("bind").inc()
 
     @property
     def port(self) -> int:
@@ -84,6 +92,9 @@ class ExtenderServer:
         try:
             args = protocol.decode_filter_args(body)
             fitting, refused = self.verbs.filter(args.pod, args.node_names)
+        except CachesNotSynced as not_synced:
+            self.metrics.not_synced.labels("filter").inc()
+            return protocol.filter_error(str(not_synced))
         except (protocol.BadRequest, InvalidRequest) as error:
             log.warning("filter refused the request", extra={"fields": {"error": str(error)}})
             return protocol.filter_error(str(error))
@@ -100,6 +111,9 @@ class ExtenderServer:
         try:
             args = protocol.decode_filter_args(body)
             scores = self.verbs.prioritize(args.pod, args.node_names)
+        except CachesNotSynced:
+            self.metrics.not_synced.labels("prioritize").inc()
+            return protocol.priority_list({}, args.node_names)  # no preference (filter refused it anyway)
         except (protocol.BadRequest, InvalidRequest) as error:
             # HostPriorityList has no error field: a list of zeros leaves the choice to the scheduler.
             log.warning("prioritize could not read the request", extra={"fields": {"error": str(error)}})

@@ -22,6 +22,13 @@ from extender.placement import Policy, filter_nodes, placements, scores
 log = logging.getLogger("extender.verbs")
 
 NOT_IN_CACHE = "node is not in the extender's cache yet"
+NOT_SYNCED = "extender caches not synced yet"
+
+
+class CachesNotSynced(Exception):
+    """The informers have not applied their first lists: a node would look emptier than it is (the pods or the
+    BindRequests on it not counted yet), so no placement is decided. Filter answers it as an `Error`, which the
+    kube-scheduler retries with backoff (no preemption, unlike refused nodes); bind answers it as its error."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ class Verbs:
     def __init__(self, ledger: Ledger, bind_requests: BindRequests,
                  find_pod: Callable[[str, str], dict[str, Any] | None], policy: Policy = Policy.BINPACK,
                  bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-                 on_bind: Callable[[str], None] = lambda outcome: None, requeue: Requeue | None = None) -> None:
+                 on_bind: Callable[[str], None] = lambda outcome: None, requeue: Requeue | None = None,
+                 unsynced: Callable[[], str] = lambda: "") -> None:
         self.ledger = ledger
         self.bind_requests = bind_requests
         self.find_pod = find_pod
@@ -94,9 +102,21 @@ class Verbs:
         # places it elsewhere), failed, error (bad request).
         self.on_bind = on_bind
         self.requeue = requeue or _NoRequeue()
+        # Which informers have not applied their first list yet, and why ("" once all have): the ledger is
+        # complete only then (extender/app.py).
+        self.unsynced = unsynced
+
+    def require_synced(self) -> None:
+        """Raises CachesNotSynced while any informer has not applied its first list."""
+        waiting = self.unsynced()
+        if waiting:
+            raise CachesNotSynced(f"{NOT_SYNCED} ({waiting}); it places no pod until they are, and the scheduler "
+                                  "tries again")
 
     def filter(self, pod: dict[str, Any], node_names: list[str]) -> tuple[list[str], dict[str, str]]:
-        """Nodes that can take the pod, and a reason for each that cannot. Raises InvalidRequest."""
+        """Nodes that can take the pod, and a reason for each that cannot. Raises InvalidRequest, and
+        CachesNotSynced before the caches are full."""
+        self.require_synced()
         request = request_of(pod)
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
@@ -123,6 +143,7 @@ class Verbs:
         return fitting, refused
 
     def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> dict[str, int]:
+        self.require_synced()
         request = request_of(pod)
         if not request.shared:
             return {}
@@ -131,6 +152,13 @@ class Verbs:
 
     def bind_by_name(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind as the scheduler asks it (by name and uid); "" once bound, else why not."""
+        try:
+            self.require_synced()
+        except CachesNotSynced as not_synced:
+            # A filter answered by an earlier process (killed since) may lead here: deciding now could take room
+            # that a BindRequest not listed yet holds.
+            self.on_bind("not_synced")
+            return f'pod "{namespace}/{name}": {not_synced}'
         pod = self.find_pod(namespace, name)
         if pod is None:
             self.on_bind("error")

@@ -19,13 +19,20 @@ def fraction_pod(name, fraction="0.5", mode=None):
 
 
 @pytest.fixture
-def extender():
+def waiting_for():
+    """Which informers the verbs are told have not synced ("" : all have)."""
+    return {"informers": ""}
+
+
+@pytest.fixture
+def extender(waiting_for):
     ledger = Ledger()
     for name, gpus in (("n1", 1), ("n2", 2)):
         ledger.upsert_node(node(name, gpus=gpus))
     pods = {("ns", "a"): fraction_pod("a", "0.75"), ("ns", "b"): fraction_pod("b")}
     registry = CollectorRegistry()
-    verbs = Verbs(ledger, PlayedBinder(ledger), lambda namespace, name: pods.get((namespace, name)))
+    verbs = Verbs(ledger, PlayedBinder(ledger), lambda namespace, name: pods.get((namespace, name)),
+                  unsynced=lambda: waiting_for["informers"])
     server = ExtenderServer(("127.0.0.1", 0), verbs, ExtenderMetrics(registry))
     server.start()
     with requests.Session() as http:
@@ -78,3 +85,25 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(extender, ver
     assert call("prioritize", "garbage").json() == []
     assert call("nope", "{}").status_code == 404
     assert call("filter", json.dumps({"Pod": fraction_pod("b"), "NodeNames": ["n2"]})).json()["NodeNames"] == ["n2"]
+
+
+def test_nothing_is_placed_before_the_caches_are_synced(extender, waiting_for):
+    """Filter errs (the scheduler retries with backoff and preempts nothing), prioritize has no preference, bind
+    errs; each says why, and the metrics count them. Once synced, the same calls place the pod."""
+    call, registry = extender
+    waiting_for["informers"] = "bindrequests (waiting for the first list)"
+    args = json.dumps({"Pod": fraction_pod("a", "0.75"), "NodeNames": ["n1", "n2"]})
+    refused = call("filter", args).json()
+    assert refused["Error"] == ("extender caches not synced yet (bindrequests (waiting for the first list)); it places "
+                                "no pod until they are, and the scheduler tries again")
+    assert refused["FailedNodes"] == {} and not refused.get("NodeNames")
+    assert call("prioritize", args).json() == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 0}]
+    bind = json.dumps({"PodName": "a", "PodNamespace": "ns", "PodUID": "uid-a", "Node": "n1"})
+    assert call("bind", bind).json()["Error"].startswith('pod "ns/a": extender caches not synced yet')
+    for verb in ("filter", "prioritize", "bind"):
+        assert registry.get_sample_value("fracgpu_extender_not_synced_answers_total", {"verb": verb}) == 1
+    assert registry.get_sample_value("fracgpu_extender_binds_total", {"outcome": "not_synced"}) == 1
+
+    waiting_for["informers"] = ""
+    assert call("filter", args).json()["NodeNames"] == ["n1", "n2"]
+    assert call("bind", bind).json() == {"Error": ""}
