@@ -17,6 +17,7 @@ from typing import Any
 from binder import outcome
 from binder import status as st
 from binder.caches import Caches
+from binder.groupsync import fraction_groups
 from binder.metrics import BinderMetrics
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
@@ -75,6 +76,7 @@ class BindRequestController:
                  record_event: Any, reporter: BackgroundReporter | None = None,
                  on_success_written: Callable[[dict[str, Any]], None] | None = None,
                  on_failure_written: Callable[[dict[str, Any]], None] | None = None, *,
+                 on_waits_released: Callable[[list[str]], None] | None = None,
                  backoff: ExponentialBackoff | None = None, workers: int = 1) -> None:
         self.client = client
         self.caches = caches
@@ -91,6 +93,10 @@ class BindRequestController:
         # "namespace/name" of a reservation pod -> keys of the BindRequests parked until it reports its GPU id.
         self._parked: dict[str, set[str]] = {}
         self._parked_lock = threading.Lock()
+        # key -> (pod uid, GPU groups) of a BindRequest whose last attempt parked: when it ends any other way, or goes
+        # away, its waits are released so the GC need not keep their reservation pods until the allocation timeout.
+        self._waiting: dict[str, tuple[str, list[str]]] = {}
+        self.on_waits_released = on_waits_released
         self.pod_slots = PodSlots()
         backoff = backoff or ExponentialBackoff(Settings.rate_limiter_base_delay_s, Settings.rate_limiter_max_delay_s)
         self.work = Controller(names.BINDREQUEST_CONTROLLER, self._timed_reconcile, backoff, workers,
@@ -152,6 +158,7 @@ class BindRequestController:
                         self.pod_slots.release(key)
 
     def _forget(self, key: str) -> None:
+        self._release_waits(key)
         self._first_seen.pop(key, None)
         self._undecided.pop(key, None)
         self.pod_slots.release(key)
@@ -295,7 +302,9 @@ class BindRequestController:
     def _report(self, key: str, attempt: Attempt) -> Result:
         bind_request = attempt.bind_request
         if attempt.step == RESERVATION_PENDING and attempt.pending is not None:
+            self._waiting[key] = (st.uid(attempt.pod or {}), fraction_groups(bind_request))
             return self._park(key, attempt.pending)
+        self._release_waits(key)
         if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
             if key not in self._undecided:
@@ -348,6 +357,15 @@ class BindRequestController:
         if retry:
             self.metrics.retries.inc()
         return Result(retry=retry)
+
+    def _release_waits(self, key: str) -> None:
+        pod_uid, groups = self._waiting.pop(key, ("", []))
+        released = self.pipeline.reservation.release_waits(pod_uid, groups) if pod_uid else []
+        if released:
+            log.info("the bind no longer waits for its reservation pods; they are the GC's again",
+                     extra={"fields": {"groups": released}})
+            if self.on_waits_released is not None:
+                self.on_waits_released(released)
 
     def _park(self, key: str, pending: ReservationPending) -> Result:
         """Nothing is written and no attempt counted: the bind waits for its reservation pod's GPU id without a

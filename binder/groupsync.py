@@ -100,6 +100,10 @@ class GpuGroupSync:
         if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             self._add(groups)
 
+    def sync_groups(self, groups: list[str]) -> None:
+        """Sync these groups now (their reservation pods were kept for a bind that no longer waits on them)."""
+        self._add(groups)
+
     def failure_written(self, bind_request: dict[str, Any]) -> None:
         """A failure is written: the BindRequest no longer keeps the reservation pods its attempt created."""
         self._add(fraction_groups(bind_request))

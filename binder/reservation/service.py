@@ -244,10 +244,11 @@ class ReservationService:
         ns = self.settings.namespace
         fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
                   "fields": {"group": group}}
+        waiter = _meta(pod).get("uid")
         parked = self.waits.resumable(group, node_name, compute_mode) if self.park_waits else None
         if parked is not None:  # a wait of an earlier call: carry on with it, within its allocation timeout
             return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode,
-                                         parked.version)
+                                         parked.version, waiter)
         cached = self._cached_gpu_id(node_name, group, compute_mode)
         if cached:
             return cached
@@ -280,7 +281,8 @@ class ReservationService:
                 return gpu_id_of(reservation)
             log.info("reservation pod has no GPU id yet, waiting", extra=fields)
             return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"),
-                                         group, node_name, compute_mode, _meta(reservation).get("resourceVersion", ""))
+                                         group, node_name, compute_mode, _meta(reservation).get("resourceVersion", ""),
+                                         waiter)
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
@@ -295,7 +297,7 @@ class ReservationService:
             if not error.already_exists:
                 raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
             log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
-        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode, version)
+        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode, version, waiter)
 
     def _scaling_up(self) -> bool:
         try:
@@ -305,7 +307,7 @@ class ReservationService:
             return False
 
     def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None, group: str, node_name: str,
-                         compute_mode: str, version: str = "") -> str:
+                         compute_mode: str, version: str = "", waiter: str | None = None) -> str:
         """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
         attempt starts clean. With `park_waits`, each call looks once and raises ReservationPending while
@@ -315,9 +317,10 @@ class ReservationService:
         reservation namespace: one watch serves every wait (a watch per reservation pod cost the API server a
         request and a TLS connection per GPU). An API blip or a broken watch does not end the wait, the
         informer resumes (M3); a cache that fell behind gets one read from the API server before a timeout
-        is declared. A pod the informer has not shown yet is judged by waits.look: gone once the informer is past its creation."""
+        is declared. A pod the informer has not shown yet is judged by waits.look: gone once the informer is past
+        its creation."""
         ns = self.settings.namespace
-        wait = self._start_wait(group, name, uid, node_name, compute_mode, version)
+        wait = self._start_wait(group, name, uid, node_name, compute_mode, version, waiter)
         why, rejected = "timed out", ""
         try:
             while True:
@@ -363,11 +366,17 @@ class ReservationService:
 
     # ------------------------------------------------------------------ parked waits
     def _start_wait(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str,
-                    version: str) -> Wait:
+                    version: str, waiter: str | None) -> Wait:
         if self.park_waits:
-            return self.waits.start(group, name, uid, node_name, compute_mode, version)
+            return self.waits.start(group, name, uid, node_name, compute_mode, version, waiter)
         return Wait(name, uid, node_name, compute_mode, time.monotonic() + self.settings.allocation_timeout_s,
                     version)
+
+    def release_waits(self, pod_uid: str, groups: list[str]) -> list[str]:
+        """The bind of this fraction pod in `groups` ended without a GPU id, or went away: drop the parked waits it
+        was the last one on. Returns their groups, for a GC sync now (their reservation pods were kept only for
+        it)."""
+        return self.waits.release(pod_uid, groups)
 
     def wait_ends_in(self, group: str) -> float | None:
         """Seconds until the parked wait on the group's reservation pod times out; None without one. Until then the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from common.objects import meta as _meta
@@ -46,11 +46,15 @@ class Wait:
     # change up to it, a pod missing from the informer is gone (issue 32). "" when not known.
     version: str = ""
     seen: bool = False  # the informer has shown the pod: missing from it now, it is gone
+    # uids of the fraction pods whose binds are parked on it. Once none is left (each bind ended some other way: its
+    # pod bound elsewhere or gone, its BindRequest deleted), nothing keeps the reservation pod from the GC.
+    waiters: set[str] = field(default_factory=set)
 
 
 class ParkedWaits:
-    """group -> the parked wait on its reservation pod. Thread-safe; a wait whose callers went away (its BindRequest
-    deleted) is forgotten one allocation timeout after its own ended."""
+    """group -> the parked wait on its reservation pod. Thread-safe. A wait whose binds all ended is dropped when the
+    last one says so (`release`); one whose callers vanished without a word is forgotten one allocation timeout
+    after its own ended."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
@@ -58,8 +62,9 @@ class ParkedWaits:
         self._lock = threading.Lock()
 
     def start(self, group: str, name: str, uid: str | None, node_name: str, compute_mode: str,
-              version: str = "") -> Wait:
-        """The wait on `name`: the group's parked one if it is on that very pod, else a new one."""
+              version: str = "", waiter: str | None = None) -> Wait:
+        """The wait on `name`: the group's parked one if it is on that very pod, else a new one; `waiter` (the uid
+        of the fraction pod being bound) joins it."""
         now = time.monotonic()
         with self._lock:
             for stale in [g for g, w in self._waits.items() if w.deadline < now - self.timeout_s]:
@@ -68,7 +73,24 @@ class ParkedWaits:
             if wait is None or wait.name != name or (uid and wait.uid and wait.uid != uid):
                 wait = self._waits[group] = Wait(name, uid, node_name, compute_mode, now + self.timeout_s,
                                                        version)
+            if waiter:
+                wait.waiters.add(waiter)
             return wait
+
+    def release(self, waiter: str, groups: list[str]) -> list[str]:
+        """The bind of fraction pod `waiter` in `groups` ended without its GPU id (or went away): it waits on none of
+        them any more. Returns the groups whose waits it was the last one on, now dropped: their reservation pods
+        are the GC's again."""
+        dropped = []
+        with self._lock:
+            for group in groups:
+                wait = self._waits.get(group)
+                if wait is not None and waiter in wait.waiters:
+                    wait.waiters.discard(waiter)
+                    if not wait.waiters:
+                        del self._waits[group]
+                        dropped.append(group)
+        return dropped
 
     def end(self, group: str, wait: Wait) -> None:
         with self._lock:

@@ -108,3 +108,19 @@ def test_the_wait_a_sync_comes_back_for_ends_with_its_allocation_timeout(api, na
     assert 0 < service.wait_ends_in("g1") <= 1.0
     time.sleep(1.1)
     assert service.wait_ends_in("g1") is None  # over, even though nothing resumed it: no sync comes back again
+
+
+def test_a_wait_is_dropped_when_the_last_bind_on_it_is_released():
+    """Two pods of a group wait on its reservation pod: the GC keeps it until both binds ended some other way."""
+    from binder.reservation.waits import ParkedWaits
+
+    waits = ParkedWaits(timeout_s=60)
+    wait = waits.start("g1", "rsv-pod", "uid-r", "n1", "time-slicing", waiter="pod-a")
+    assert waits.start("g1", "rsv-pod", "uid-r", "n1", "time-slicing", waiter="pod-b") is wait
+    reservation = {"metadata": {"name": "rsv-pod", "uid": "uid-r"}}
+    assert waits.release("pod-a", ["g1", "g2"]) == []
+    assert waits.holds("g1", reservation)
+    assert waits.release("pod-c", ["g1"]) == []  # never waited here
+    assert waits.release("pod-b", ["g1"]) == ["g1"]
+    assert not waits.holds("g1", reservation)
+    assert waits.ends_in("g1") is None

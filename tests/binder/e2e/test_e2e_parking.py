@@ -101,3 +101,41 @@ def test_a_reservation_pod_whose_parked_bind_went_away_is_deleted_once_its_wait_
     wait_for("the reservation pod to be deleted after the allocation timeout",
              lambda: not [pod for pod in kube.get(pod_path(reservation_namespace)).get("items") or []
                           if not pod["metadata"].get("deletionTimestamp")], timeout=30)
+
+
+def live_reservation_pods(kube: KubeClient, reservation_namespace: str) -> list[dict]:
+    return [pod for pod in kube.get(pod_path(reservation_namespace)).get("items") or []
+            if not pod["metadata"].get("deletionTimestamp")]
+
+
+def test_a_parked_bind_whose_pod_was_bound_elsewhere_frees_its_reservation_pod_at_once(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    """Two BindRequests for one pod (the storm's duplicates): the one parked on a new group's reservation pod finds the
+    pod bound by the other and fails. Nothing waits on that reservation pod any more, so the GC deletes it now, not
+    at the end of the allocation timeout (it held a GPU of that node for nothing until then; issue 32's storm run)."""
+    node_player.paused = True  # the reservation pod never reports a GPU id
+    here, there = make_gpu_node()["metadata"]["name"], make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "twice", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "60")
+    make_bind_request(kube, namespace, "twice", there, name="twice-dup", fraction_groups=["gdup"], backoff_limit=1)
+    wait_for("the duplicate to be parked on its reservation pod",
+             lambda: live_reservation_pods(kube, reservation_namespace))
+    kube.create(pod_path(namespace, "twice", "binding"), {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "twice"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": here}})
+    wait_phase(kube, namespace, "twice-dup", names.PHASE_FAILED, attempts=1, timeout=15)
+    wait_for("the reservation pod nothing waits on to be deleted, well inside the allocation timeout",
+             lambda: not live_reservation_pods(kube, reservation_namespace), timeout=10)
+
+
+def test_a_reservation_pod_whose_parked_bind_was_deleted_is_deleted_at_once(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node_player.paused = True
+    node = make_gpu_node()["metadata"]["name"]
+    make_pod(kube, namespace, "dropped", fraction="0.5")
+    binder("--resource-reservation-allocation-timeout", "60")
+    make_bind_request(kube, namespace, "dropped", node, fraction_groups=["gx"])
+    wait_for("the bind to be parked on its reservation pod", lambda: live_reservation_pods(kube, reservation_namespace))
+    kube.delete(bindrequest_path(namespace, "dropped"))  # the scheduler gives up on it; the pod stays Pending
+    wait_for("the reservation pod nothing waits on to be deleted, well inside the allocation timeout",
+             lambda: not live_reservation_pods(kube, reservation_namespace), timeout=10)
