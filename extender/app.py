@@ -135,6 +135,8 @@ class ExtenderApp:
 
         def bind_request_gone(bind_request: dict[str, Any]) -> None:
             ledger.delete_bind_request(bind_request)
+            meta = bind_request.get("metadata") or {}
+            waiters.notify(f"{meta.get('namespace')}/{(bind_request.get('spec') or {}).get('podName')}")
 
         self.pods.add_handlers(EventHandlers(pod_changed, lambda _old, new: pod_changed(new), pod_gone))
         self.nodes.add_handlers(EventHandlers(ledger.upsert_node, lambda _old, new: ledger.upsert_node(new),

@@ -1,8 +1,9 @@
 """The extender's bind on the API server: write the BindRequest, wait for the binder's verdict, clean up.
 
 The wait watches the extender's own informers (no polling of the API server): the pod seen bound ends it
-with success; the BindRequest seen failed for good ends it with the binder's reason. At the deadline one read
-of the pod decides. A BindRequest already there is deleted (uid precondition) and written anew only when it can
+with success; the BindRequest seen failed for good ends it with the binder's reason; the pod or the BindRequest
+seen deleted ends it at once, so that the room decided for it is free again. At the deadline one read of the pod
+decides. A BindRequest already there is deleted (uid precondition) and written anew only when it can
 hold nothing: failed for good, or written for a pod of the same name that was since replaced. Any other is the
 pod's placement, which the binder may be acting on: it is handed back to bind (StandingBindRequest), never
 replaced.
@@ -46,6 +47,32 @@ class Waiters:
             event.set()
 
 
+class _Seen:
+    """What a bind wait has seen in the caches, so that it can tell an object deleted from one not shown yet: a
+    BindRequest just written, a pod just created, may not be in the cache when the wait starts."""
+
+    def __init__(self) -> None:
+        self.pod = False
+        self.bind_request = False
+
+    def gone(self, pod: dict[str, Any] | None, current: dict[str, Any] | None,
+             ours: dict[str, Any]) -> BindOutcome | None:
+        """The outcome of a wait whose pod or BindRequest the cache showed and no longer shows: the decision is
+        over, and its room must be free at once, not when the wait times out; a pod whose BindRequest went is
+        placed anew by the scheduler's retry."""
+        pod_uid, uid = owner_pod_uid(ours), _meta(ours).get("uid")
+        ours_now = pod is not None and (not pod_uid or _meta(pod).get("uid") == pod_uid)
+        if self.pod and not ours_now:
+            return BindOutcome(False, f'pod "{_meta(ours)["namespace"]}/{(ours.get("spec") or {}).get("podName")}" '
+                                      "was deleted before the binder bound it")
+        current_is_ours = current is not None and _meta(current).get("uid") == uid
+        if self.bind_request and not current_is_ours:
+            return BindOutcome(False, f'BindRequest "{_meta(ours).get("name")}" was deleted before the binder bound '
+                                      "the pod; the scheduler will place it again")
+        self.pod, self.bind_request = self.pod or ours_now, self.bind_request or current_is_ours
+        return None
+
+
 class ApiBindRequests:
     def __init__(self, client: KubeClient, pods: Informer, bind_requests: Informer, waiters: Waiters) -> None:
         self.client = client
@@ -81,11 +108,12 @@ class ApiBindRequests:
         key = f"{namespace}/{name}"
         changed = self.waiters.register(key)
         deadline = time.monotonic() + timeout_s
+        seen = _Seen()
         try:
             while True:
                 changed.clear()
-                outcome = self._verdict(self.pods.get(key), self.bind_requests.get(f"{namespace}/{meta['name']}"),
-                                        bind_request, node)
+                pod, current = self.pods.get(key), self.bind_requests.get(f"{namespace}/{meta['name']}")
+                outcome = self._verdict(pod, current, bind_request, node) or seen.gone(pod, current, bind_request)
                 if outcome is not None:
                     return outcome
                 remaining = deadline - time.monotonic()
@@ -97,6 +125,8 @@ class ApiBindRequests:
         try:
             pod = self.client.get(pod_path(namespace, name))
         except ApiError as error:
+            if error.not_found:
+                return BindOutcome(False, f'pod "{key}" was deleted before the binder bound it')
             return BindOutcome(False, f'pod "{key}" could not be read after the bind timeout: {error}', over=False)
         outcome = self._verdict(pod, None, bind_request, node)
         return outcome or BindOutcome(False, f'the binder did not bind pod "{key}" to node "{node}" within '

@@ -60,6 +60,7 @@ class _NodeEntry:
     claims: dict[str, Claim] = field(default_factory=dict)  # source key -> claim; replaced whole on change
     version: int = 0
     view: NodeGpus | None = None
+    listed: bool = False  # the node informer shows the node; else only claims name it
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,11 @@ class Ledger:
             return standing_of(bind_request)
         return None
 
+    def deciding(self, namespace: str, pod_name: str) -> bool:
+        """Whether a decision of ours still counts for this pod (its bind call runs, or its BindRequest is not in
+        the cache yet)."""
+        return f"pending/{member_of(namespace, pod_name)}" in self._pending_since
+
     # -- informer events --------------------------------------------------------------------------------------
 
     def upsert_node(self, node: Mapping[str, Any]) -> None:
@@ -153,17 +159,23 @@ class Ledger:
         with self._write:
             entry = self._nodes.setdefault(name, _NodeEntry())
             grew = devices > entry.devices or memory != entry.memory_mib
-            entry.devices, entry.memory_mib = devices, memory
+            entry.devices, entry.memory_mib, entry.listed = devices, memory, True
             self._changed(entry)
         if grew:
             self.on_grown(name)
 
     def delete_node(self, node: Mapping[str, Any]) -> None:
+        """The node has no GPUs to offer any more, but its claims stay: its pods are still bound to its name, and
+        when a node of that name comes back (re-registered, replaced) they hold its GPUs without sending an event
+        of their own. A node without claims is forgotten."""
         name = meta(node).get("name", "")
         with self._write:
-            entry = self._nodes.pop(name, None)
-            for source in list(entry.claims) if entry else []:
-                self._where.pop(source, None)
+            entry = self._nodes.get(name)
+            if entry is None:
+                return
+            entry.devices, entry.listed = 0, False
+            self._changed(entry)
+            self._forget_if_unclaimed(name)
 
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
         member = pod_member(pod)
@@ -219,6 +231,11 @@ class Ledger:
             self._set_claim(source, None, None)
             if previous is None or not bindrequest.failed_for_good(previous):  # else left when it failed
                 self._leave_residues(bind_request)
+            # A decision that stood for this very BindRequest (its bind call is over) holds nothing once it is gone.
+            awaited = self._awaiting.get(f"pending/{bind_request_member(bind_request)}")
+            uid = meta(bind_request).get("uid")
+            if awaited is not None and uid and meta(awaited).get("uid") == uid:
+                self._forget_pending(f"pending/{bind_request_member(bind_request)}")
 
     # -- our own decisions ------------------------------------------------------------------------------------
 
@@ -380,6 +397,7 @@ class Ledger:
                 entry.claims = claims
                 self._changed(entry)
                 freed = previous
+                self._forget_if_unclaimed(previous)
             if node is not None and claim is not None:
                 entry = self._nodes.setdefault(node, _NodeEntry())
                 claims = dict(entry.claims)
@@ -390,6 +408,11 @@ class Ledger:
                 self._changed(entry)
         if freed is not None:
             self.on_freed(freed)
+
+    def _forget_if_unclaimed(self, node: str) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None and not entry.listed and not entry.claims:
+            del self._nodes[node]
 
     def _count_groups(self, claim: Claim, node: str, delta: int) -> None:
         for group in claim.group_ids():

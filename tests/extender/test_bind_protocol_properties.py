@@ -27,7 +27,7 @@ from common.bindrequest import backoff_limit, failed_for_good, fractional_gpu_gr
 from common.gpuclaims import FULL, whole_gpus_of
 from common.gpugroups import compute_mode_annotation, pod_groups, requested_compute_mode, reservation_compute_mode
 from extender.ledger import Ledger
-from extender.verbs import BindOutcome, StandingBindRequest, Verbs
+from extender.verbs import BindOutcome, CachesNotSynced, StandingBindRequest, Verbs
 
 NS, RES_NS = "ns", names.DEFAULT_RESERVATION_NAMESPACE
 PODS, BRS = "pods", "bindrequests"
@@ -91,12 +91,13 @@ class ApiServer:
         if self.watcher is not None:
             self.watcher.lag[kind].append((kind, "upsert", copy.deepcopy(obj)))
 
-    def delete(self, kind: str, obj: Obj) -> None:
+    def delete(self, kind: str, obj: Obj, by_a_user: bool = False) -> None:
+        """`by_a_user`: not the extender's doing (a person, another controller), so no breach of its protocol."""
         gone = self.store(kind).pop(key_of(obj))
         self.writes += 1
         gone["metadata"]["resourceVersion"] = str(self.writes)  # a deletion event carries its own version
         pod = self.pods.get((NS, gone["spec"]["podName"])) if kind == BRS else None
-        if pod is not None and uid_of(pod) == owner_pod_uid(gone) and not failed_for_good(gone):
+        if pod is not None and uid_of(pod) == owner_pod_uid(gone) and not failed_for_good(gone) and not by_a_user:
             self.standing_deleted.append(f"{key_of(gone)} (phase {phase_of(gone)!r})")
         if self.watcher is not None:
             self.watcher.lag[kind].append((kind, "delete", gone))
@@ -106,9 +107,12 @@ class FakeBindRequests:
     """extender/bind.py's ApiBindRequests on the simulated API server: the same AlreadyExists handling, and a
     wait that answers from the server's state at once (the binder is played by rules, never during a wait)."""
 
-    def __init__(self, api: ApiServer) -> None:
+    def __init__(self, api: ApiServer, extender: Extender) -> None:
         self.api = api
+        self.extender = extender
         self.die_before_wait = False
+        self.delete_during_wait = ""  # "pod" or "bind request": deleted by someone else while the bind waits
+        self.deleted_in_wait = False  # a wait saw that deletion
         self.backoff_limit: int | None = None  # what the next BindRequest gets (unset: one attempt)
 
     def create(self, manifest: Obj) -> Obj:
@@ -129,6 +133,16 @@ class FakeBindRequests:
         if self.die_before_wait:
             raise ProcessDied()
         spec = bind_request["spec"]
+        if self.delete_during_wait:
+            # The real wait ends once the cache shows the deletion: the informer delivers up to it.
+            kind = PODS if self.delete_during_wait == "pod" else BRS
+            gone = self.api.pods.get((NS, spec["podName"])) if kind == PODS else self.api.bind_requests.get(
+                key_of(bind_request))
+            if gone is not None and (kind == PODS or uid_of(gone) == uid_of(bind_request)):
+                self.api.delete(kind, gone, by_a_user=True)
+                self.deleted_in_wait = True
+                self.extender.deliver(kind, len(self.extender.lag[kind]))
+                return BindOutcome(False, f"{self.delete_during_wait} deleted during the wait")
         node, owner = spec["selectedNode"], owner_pod_uid(bind_request)
         pod = self.api.pods.get((NS, spec["podName"]))
         if pod is not None and (not owner or uid_of(pod) == owner) and node_of(pod):
@@ -149,7 +163,10 @@ class Extender:
     reads; Verbs on the fake API. `lag_apart`: the pod and BindRequest informers lag each on its own (as the
     app's separate watches may), else their events come as one stream in the API server's order."""
 
-    def __init__(self, api: ApiServer, new_group_id: Any, bind_requests_first: bool, lag_apart: bool) -> None:
+    def __init__(self, api: ApiServer, new_group_id: Any, bind_requests_first: bool, lag_apart: bool,
+                 slow_lists: bool = False) -> None:
+        """`slow_lists`: the pod and BindRequest informers' first lists are applied later, by rules, while verbs
+        are called (the nodes' list came first); else both are applied before any verb."""
         self.api = api
         self.ledger = Ledger(RES_NS)
         self.pod_cache: dict[Key, Obj] = {}
@@ -157,11 +174,15 @@ class Extender:
         self.lag = {PODS: deque(), BRS: deque()} if lag_apart else {PODS: stream, BRS: stream}
         for node in api.nodes:
             self.ledger.upsert_node(node)
-        for kind in (BRS, PODS) if bind_requests_first else (PODS, BRS):  # which informer syncs first is a race
-            for obj in api.store(kind).values():
-                self.apply(kind, "upsert", copy.deepcopy(obj))
-        self.bind_requests = FakeBindRequests(api)
-        self.verbs = Verbs(self.ledger, self.bind_requests, self.find_pod, new_group_id=new_group_id)
+        # kind -> its first list, not applied yet; its watch events queue behind it
+        self.first_lists = {kind: [copy.deepcopy(obj) for obj in api.store(kind).values()]
+                            for kind in ((BRS, PODS) if bind_requests_first else (PODS, BRS))}
+        if not slow_lists:
+            for kind in list(self.first_lists):  # which informer syncs first is a race
+                self.apply_first_list(kind)
+        self.bind_requests = FakeBindRequests(api, self)
+        self.verbs = Verbs(self.ledger, self.bind_requests, self.find_pod, new_group_id=new_group_id,
+                           unsynced=lambda: ", ".join(self.first_lists))
         self.started_at = api.writes
         api.watcher = self
 
@@ -183,7 +204,15 @@ class Extender:
         else:
             self.ledger.delete_bind_request(obj)
 
+    def apply_first_list(self, kind: str) -> None:
+        for obj in self.first_lists.pop(kind):
+            self.apply(kind, "upsert", obj)
+
     def deliver(self, kind: str, count: int) -> None:
+        """The next `count` watch events of `kind`'s informer (of both kinds, in order, when they share a stream);
+        none while a first list they queue behind is not applied."""
+        if self.first_lists:
+            return
         for _ in range(min(count, len(self.lag[kind]))):
             self.apply(*self.lag[kind].popleft())
 
@@ -217,9 +246,9 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         self.devices = {f"n{i}": devices for i, (devices, _) in enumerate(nodes)}
         self.restart(False)
 
-    def restart(self, bind_requests_first: bool) -> None:
+    def restart(self, bind_requests_first: bool, slow_lists: bool = False) -> None:
         self.extender = Extender(self.api, lambda: f"g{next(self.group_ids)}", bind_requests_first,
-                                 self.informers_lag_apart)
+                                 self.informers_lag_apart, slow_lists)
 
     # -- what is in the API server ------------------------------------------------------------------------------
 
@@ -296,17 +325,27 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         pod = {**pod, "spec": {**pod["spec"], "nodeName": None}, "status": {"phase": "Pending"}}
         all_nodes = [node["metadata"]["name"] for node in self.api.nodes]
         asked = data.draw(st.lists(st.sampled_from(all_nodes), min_size=1, unique=True), label="filter nodes")
-        fitting, _ = self.extender.verbs.filter(copy.deepcopy(pod), asked)
+        try:
+            fitting, _ = self.extender.verbs.filter(copy.deepcopy(pod), asked)
+        except CachesNotSynced:
+            fitting = []  # the scheduler backs off; a bind of an earlier filter's answer may still come
         stale = not fitting or data.draw(st.booleans(), label="bind to a node filter did not pick")
         node = data.draw(st.sampled_from(all_nodes if stale else fitting), label="bind node")
         self.extender.bind_requests.backoff_limit = data.draw(st.sampled_from([None, 2, 3]), label="backoffLimit")
         cut = self.extender.bind_requests.die_before_wait = data.draw(st.integers(0, 3), label="cut") == 0
+        self.extender.bind_requests.deleted_in_wait = False
+        self.extender.bind_requests.delete_during_wait = data.draw(
+            st.sampled_from(["", "", "", "", "pod", "bind request"]), label="deleted during the bind wait")
         try:
             self.extender.verbs.bind_by_name(NS, pod["metadata"]["name"], pod["metadata"]["uid"], node)
         except ProcessDied:
             assert cut
         if cut:
-            self.restart(data.draw(st.booleans(), label="bind requests listed first"))
+            self.restart(data.draw(st.booleans(), label="bind requests listed first"),
+                         data.draw(st.booleans(), label="slow first lists"))
+        elif self.extender.bind_requests.deleted_in_wait:
+            # Its room is free as soon as the cache shows the deletion, not when a timeout expires.
+            assert not self.extender.ledger.deciding(NS, pod["metadata"]["name"]), "phantom room after a deletion"
 
     # -- the binder and the kubelet -----------------------------------------------------------------------------
 
@@ -447,10 +486,25 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         assert self.extender is not None
         self.extender.deliver(kind, count)
 
+    @precondition(lambda self: self.extender is not None and self.extender.first_lists)
+    @rule(data=st.data())
+    def first_list_applied(self, data: st.DataObject) -> None:
+        assert self.extender is not None
+        self.extender.apply_first_list(data.draw(st.sampled_from(sorted(self.extender.first_lists)), label="kind"))
+
     @precondition(lambda self: self.extender is not None and self.api.writes > self.extender.started_at + 3)
-    @rule(bind_requests_first=st.booleans())
-    def extender_restart(self, bind_requests_first: bool) -> None:
-        self.restart(bind_requests_first)
+    @rule(bind_requests_first=st.booleans(), slow_lists=st.booleans())
+    def extender_restart(self, bind_requests_first: bool, slow_lists: bool) -> None:
+        self.restart(bind_requests_first, slow_lists)
+
+    @rule(data=st.data())
+    def node_re_created(self, data: st.DataObject) -> None:
+        """A node deleted and re-created under its name (re-registered, replaced) before the pods bound to it
+        change: the node informer shows both, the pods send nothing."""
+        assert self.extender is not None
+        node = data.draw(st.sampled_from(self.api.nodes), label="node")
+        self.extender.ledger.delete_node(copy.deepcopy(node))
+        self.extender.ledger.upsert_node(copy.deepcopy(node))
 
     # -- the kubelet's truth ------------------------------------------------------------------------------------
 
