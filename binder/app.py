@@ -98,7 +98,8 @@ class BinderApp:
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
                                                 self.record_event, self.reporter, self.groups.success_written,
                                                 self.groups.failure_written,
-                                                on_waits_released=self.groups.sync_groups, backoff=self._backoff(),
+                                                reservation=self.reservation, on_waits_released=self.groups.sync_groups,
+                                                backoff=self._backoff(),
                                                 workers=settings.max_concurrent_reconciles)
         self.metrics.allocation.reservation_namespace = settings.reservation.namespace
         self.metrics.allocation.source = self._allocation_objects

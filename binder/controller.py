@@ -8,7 +8,6 @@ its queue and workers (common/kube/controller.py) do the re-queueing.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,11 +18,10 @@ from binder import status as st
 from binder.caches import Caches
 from binder.groupsync import fraction_groups
 from binder.metrics import BinderMetrics
+from binder.parking import ParkedBinds, ReservationWaits
 from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
-from binder.reservation.gc import is_live_reservation
-from binder.reservation.service import gpu_id_of
 from binder.reservation.waits import ReservationPending
 from binder.settings import Settings
 from common import names
@@ -52,9 +50,6 @@ UNDECIDED_RETRY_S = 1.0
 # A BindRequest whose pod another BindRequest is binding looks again this often (reads only the cache).
 POD_BUSY_RETRY_S = 1.0
 RESERVATION_PENDING = "reservation_pending"
-# A BindRequest parked on a reservation pod is woken by the pod's changes; it also looks again this often (reads
-# only the cache), and at the end of the allocation timeout.
-PARKED_RECHECK_S = 5.0
 
 
 class Attempt:
@@ -76,8 +71,11 @@ class BindRequestController:
                  record_event: Any, reporter: BackgroundReporter | None = None,
                  on_success_written: Callable[[dict[str, Any]], None] | None = None,
                  on_failure_written: Callable[[dict[str, Any]], None] | None = None, *,
+                 reservation: ReservationWaits | None = None,
                  on_waits_released: Callable[[list[str]], None] | None = None,
                  backoff: ExponentialBackoff | None = None, workers: int = 1) -> None:
+        """`reservation`: the reservation service, for binds parked on their reservation pods (binder/parking.py);
+        `on_waits_released`: GPU groups whose reservation pods no parked bind waits on any more."""
         self.client = client
         self.caches = caches
         self.pipeline = pipeline
@@ -90,17 +88,11 @@ class BindRequestController:
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
         self._undecided: dict[str, UndecidedBinding] = {}
-        # "namespace/name" of a reservation pod -> keys of the BindRequests parked until it reports its GPU id.
-        self._parked: dict[str, set[str]] = {}
-        self._parked_lock = threading.Lock()
-        # key -> (pod uid, GPU groups) of a BindRequest whose last attempt parked: when it ends any other way, or goes
-        # away, its waits are released so the GC need not keep their reservation pods until the allocation timeout.
-        self._waiting: dict[str, tuple[str, list[str]]] = {}
-        self.on_waits_released = on_waits_released
         self.pod_slots = PodSlots()
         backoff = backoff or ExponentialBackoff(Settings.rate_limiter_base_delay_s, Settings.rate_limiter_max_delay_s)
         self.work = Controller(names.BINDREQUEST_CONTROLLER, self._timed_reconcile, backoff, workers,
                                key_field="bindrequest", runtime=metrics.runtime, on_depth=metrics.queue_depth.set)
+        self.parking = ParkedBinds(reservation, lambda key: self.work.add(key, first=True), on_waits_released)
 
     def watch(self) -> None:
         """A new BindRequest, a changed spec or a reset status is reconciled (binder/status.py decides)."""
@@ -108,21 +100,7 @@ class BindRequestController:
             on_add=lambda bind_request: self.work.add(object_key(bind_request)),
             on_update=self._on_update))
         # A BindRequest parked on a reservation pod comes back as soon as that pod changes.
-        self.caches.pods.add_handlers(EventHandlers(
-            on_add=self._on_pod_change, on_update=lambda _old, new: self._on_pod_change(new),
-            on_delete=lambda pod: self._on_pod_change(pod, gone=True)))
-
-    def _on_pod_change(self, pod: dict[str, Any], gone: bool = False) -> None:
-        # The informer's thread: nothing to do in the common case, not even a lock. A reservation pod that is
-        # created or starts without its GPU id yet leaves its binds parked.
-        if self._parked and (gone or gpu_id_of(pod) or not is_live_reservation(pod)):
-            self._wake(object_key(pod))
-
-    def _wake(self, reservation_key: str) -> None:
-        with self._parked_lock:
-            keys = self._parked.pop(reservation_key, ())
-        for key in keys:
-            self.work.add(key, first=True)  # a bind half done goes ahead of binds not started
+        self.parking.watch(self.caches.pods)
 
     def _on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         if st.should_enqueue_update(old, new):
@@ -158,7 +136,8 @@ class BindRequestController:
                         self.pod_slots.release(key)
 
     def _forget(self, key: str) -> None:
-        self._release_waits(key)
+        """Every memory of `key`: the BindRequest is gone or needs nothing more."""
+        self.parking.release(key)
         self._first_seen.pop(key, None)
         self._undecided.pop(key, None)
         self.pod_slots.release(key)
@@ -302,9 +281,11 @@ class BindRequestController:
     def _report(self, key: str, attempt: Attempt) -> Result:
         bind_request = attempt.bind_request
         if attempt.step == RESERVATION_PENDING and attempt.pending is not None:
-            self._waiting[key] = (st.uid(attempt.pod or {}), fraction_groups(bind_request))
-            return self._park(key, attempt.pending)
-        self._release_waits(key)
+            # Nothing is written and no attempt counted: the bind waits for its reservation pod's GPU id without a
+            # worker (a kubelet takes seconds to start a pod), and resumes when the pod changes.
+            return Result(requeue_after=self.parking.park(key, attempt.pending, st.uid(attempt.pod or {}),
+                                                          fraction_groups(bind_request)))
+        self.parking.release(key)
         if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
             if key not in self._undecided:
@@ -357,27 +338,6 @@ class BindRequestController:
         if retry:
             self.metrics.retries.inc()
         return Result(retry=retry)
-
-    def _release_waits(self, key: str) -> None:
-        pod_uid, groups = self._waiting.pop(key, ("", []))
-        released = self.pipeline.reservation.release_waits(pod_uid, groups) if pod_uid else []
-        if released:
-            log.info("the bind no longer waits for its reservation pods; they are the GC's again",
-                     extra={"fields": {"groups": released}})
-            if self.on_waits_released is not None:
-                self.on_waits_released(released)
-
-    def _park(self, key: str, pending: ReservationPending) -> Result:
-        """Nothing is written and no attempt counted: the bind waits for its reservation pod's GPU id without a
-        worker (a kubelet takes seconds to start a pod), and resumes when the pod changes."""
-        reservation_key = f"{pending.namespace}/{pending.name}"
-        with self._parked_lock:
-            self._parked.setdefault(reservation_key, set()).add(key)
-        if self.pipeline.reservation.changed_since(pending):
-            self._wake(reservation_key)  # it may have changed after it was looked at: look again now
-        log.info("waiting for the reservation pod's GPU id without holding a worker",
-                 extra={"fields": {"reservation": reservation_key}})
-        return Result(requeue_after=min(pending.recheck_s + 0.05, PARKED_RECHECK_S))
 
     def _write_outcome(self, bind_request: dict[str, Any], decide: outcome.Decide, pod: dict[str, Any] | None,
                        pod_report: st.PodReport, condition_pod: dict[str, Any] | None) -> bool:

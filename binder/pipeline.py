@@ -117,9 +117,6 @@ class Reservations(Protocol):
 
     def remove_pod_gpu_groups_connection(self, pod: dict[str, Any]) -> None: ...
 
-    def changed_since(self, pending: ReservationPending) -> bool: ...
-
-    def wait_ends_in(self, group: str) -> float | None: ...
 
 
 class Pipeline:
