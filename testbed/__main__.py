@@ -1,7 +1,9 @@
 """``python -m testbed up --dir DIR``: run the test-bed control plane until SIGINT/SIGTERM.
 
 ``--real-nodes N`` also runs N real nodes (containerd + kubelet + a fake NVIDIA device plugin, testbed/realnodes)
-and kube-proxy; Linux and root only, and the machine is put back as it was on the signal.
+and kube-proxy; Linux and root only, and the machine is put back as it was on the signal. With ``--in-cluster`` the
+cluster is an operator's (testbed/realnodes/incluster.py): the controllers Deployments and Jobs need, webhooks reached
+by endpoint, and fracgpu's images and the kube-scheduler image in every node's containerd.
 
 Writes ``DIR/admin.kubeconfig`` and ``DIR/sa-<namespace>-<name>.kubeconfig`` for every service
 account with a static token, prints them, and tears everything down cleanly on a signal.
@@ -40,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--real-nodes", type=int, default=0, metavar="N",
                     help="also start N real nodes with fake GPUs (Linux, root; testbed/realnodes)")
     up.add_argument("--gpus-per-node", type=int, default=4, help="fake GPUs on each real node")
+    up.add_argument("--in-cluster", action="store_true",
+                    help="with --real-nodes: an operator's cluster, for installing fracgpu with its chart "
+                         "(workload controllers, aggregator routing, the images imported into every node)")
     return parser
 
 
@@ -84,14 +89,15 @@ def up(directory: Path, service_accounts: list[tuple[str, str]], controller_mana
     return 0
 
 
-def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int:
+def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float, in_cluster: bool = False) -> int:
     from testbed.realnodes.cluster import RealCluster
     from testbed.realnodes.host import RealNodesUnavailable
 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
-    cluster = RealCluster(nodes=nodes, gpus_per_node=gpus, workdir=directory, start_timeout=timeout)
+    cluster = RealCluster(nodes=nodes, gpus_per_node=gpus, workdir=directory, start_timeout=timeout,
+                          in_cluster=in_cluster)
     try:
         cluster.start()
     except (RealNodesUnavailable, BinariesMissingError, ControlPlaneError, RuntimeError) as exc:
@@ -101,6 +107,8 @@ def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int
         print(f"apiserver:  {cluster.plane.url}")
         for node in cluster.nodes:
             print(f"node:       {node.name} ({node.gpus} GPUs: {', '.join(node.gpu_ids)}; logs {node.logs})")
+        for image in cluster.images:
+            print(f"image:      {image.name} (in every node's containerd)")
         print(f"started in: {cluster.startup_seconds}")
         _serve(stop, cluster.plane.admin_kubeconfig)
     finally:
@@ -110,9 +118,12 @@ def up_real_nodes(directory: Path, nodes: int, gpus: int, timeout: float) -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.in_cluster and not args.real_nodes:
+        parser.error("--in-cluster needs --real-nodes N: our programs run as pods on real nodes")
     if args.real_nodes:
-        return up_real_nodes(args.dir, args.real_nodes, args.gpus_per_node, args.timeout)
+        return up_real_nodes(args.dir, args.real_nodes, args.gpus_per_node, args.timeout, args.in_cluster)
     return up(args.dir, args.service_account, args.controller_manager, args.timeout)
 
 

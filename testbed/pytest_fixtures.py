@@ -59,7 +59,9 @@ def real_cluster() -> Iterator[Any]:
     from testbed.realnodes.cluster import RealCluster
 
     timeout = float(os.environ.get("FRACGPU_TESTBED_START_TIMEOUT", "180"))
-    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout)
+    # One cluster for the session, the in-cluster tests' too (issue 28): it runs the workload controllers and holds
+    # fracgpu's images, which the tests of our programs as local processes leave alone.
+    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout, in_cluster=True)
     cluster.start()
     try:
         yield cluster

@@ -23,6 +23,12 @@ from testbed.cluster.controlplane import ControlPlane
 from testbed.programs.procs import free_ports, spawn, terminate
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
 from testbed.realnodes.images import Image, build_all
+from testbed.realnodes.incluster import (
+    IN_CLUSTER_APISERVER_ARGS,
+    IN_CLUSTER_CONTROLLERS,
+    in_cluster_images,
+    start_default_scheduler,
+)
 from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER, RealNode, RealNodeError
 
 POD_CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
@@ -33,7 +39,9 @@ NODE_PREFIX = "realnode-"
 class RealCluster:
     def __init__(self, nodes: int = 2, gpus_per_node: int = 4, gpu_memory_mib: int = 40960,
                  workdir: Path | None = None, start_timeout: float = 180,
-                 node_names: list[str] | None = None) -> None:
+                 node_names: list[str] | None = None, in_cluster: bool = False) -> None:
+        # in_cluster: our programs run as pods, installed with the chart (testbed/realnodes/incluster.py).
+        self.in_cluster = in_cluster
         self.node_names = list(node_names) if node_names else [f"{NODE_PREFIX}{i}" for i in range(nodes)]
         self.node_count = len(self.node_names)
         self.gpus_per_node = gpus_per_node
@@ -47,6 +55,7 @@ class RealCluster:
         self.control_plane: ControlPlane | None = None
         self.nodes: list[RealNode] = []
         self._kube_proxy: subprocess.Popen[bytes] | None = None
+        self._scheduler: subprocess.Popen[bytes] | None = None  # in_cluster: the default kube-scheduler
         self.startup_seconds: dict[str, float] = {}
 
     def __enter__(self) -> RealCluster:
@@ -59,6 +68,8 @@ class RealCluster:
         self.binaries = check_machine()
         try:
             self._timed("images", lambda: setattr(self, "images", build_all()))
+            if self.in_cluster:
+                self._timed("in-cluster images", lambda: self.images.extend(in_cluster_images()))
             self._timed("host", self.host.apply)
             self._timed("control plane", self._start_control_plane)
             self._timed("nodes", self._start_nodes)
@@ -88,10 +99,14 @@ class RealCluster:
 
     def _start_control_plane(self) -> None:
         self.control_plane = ControlPlane(workdir=self.workdir / "control-plane", pod_network_address=API_ADDRESS,
-                                          start_timeout=self.start_timeout)
+                                          start_timeout=self.start_timeout,
+                                          extra_apiserver_args=IN_CLUSTER_APISERVER_ARGS if self.in_cluster else ())
         self.control_plane.start()
+        controllers = (*POD_CONTROLLERS, *IN_CLUSTER_CONTROLLERS) if self.in_cluster else POD_CONTROLLERS
         self.control_plane.start_controller_manager(
-            POD_CONTROLLERS, extra_args=[f"--root-ca-file={self.control_plane.ca_file}"])
+            controllers, extra_args=[f"--root-ca-file={self.control_plane.ca_file}"])
+        if self.in_cluster:
+            self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout)
         with self.session() as session:
             response = session.post(f"{self.plane.url}/apis/node.k8s.io/v1/runtimeclasses", timeout=30, json={
                 "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
@@ -175,6 +190,10 @@ class RealCluster:
             self._kube_proxy = None
             assert self.binaries is not None
             subprocess.run([str(self.binaries.kube_proxy), "--cleanup"], capture_output=True, timeout=60)
+        if self._scheduler is not None:
+            terminate(self._scheduler)
+            self._scheduler.wait()
+            self._scheduler = None
         if self.control_plane is not None:
             self.control_plane.stop()
             self.control_plane = None

@@ -36,6 +36,12 @@ from testbed.realnodes.host import (
 from testbed.realnodes.images import PAUSE_IMAGE, Image
 
 NVIDIA_RUNTIME_HANDLER = "nvidia"  # the GPU operator's runtime; here a second name for runc
+# Every image a node runs is imported into its containerd; a pull would mean a registry off this machine. containerd
+# sends registry traffic through the proxy its environment names, and nothing listens on the discard port, so a pull
+# of a missing image fails at once ("proxyconnect ... connection refused", with the image's name in the pod's events)
+# and nothing leaves the machine, whatever the image's registry.
+NO_REGISTRY_PROXY = "http://127.0.0.1:9"
+CONTAINERD_ENV = {"HTTPS_PROXY": NO_REGISTRY_PROXY, "HTTP_PROXY": NO_REGISTRY_PROXY, "NO_PROXY": ""}
 
 
 class RealNodeError(RuntimeError):
@@ -158,7 +164,7 @@ class RealNode:
         return {
             "name": self.name, "dir": str(self.dir), "fixed_paths": list(FIXED_PATHS),
             "containerd": str(self.binaries.containerd), "ctr": str(self.binaries.ctr),
-            "containerd_config": str(containerd_config),
+            "containerd_config": str(containerd_config), "containerd_env": CONTAINERD_ENV,
             "images": [str(image.tarball) for image in self.images],
             "kubelet_argv": [
                 str(self.binaries.kubelet), f"--config={config}", f"--kubeconfig={self.kubeconfig}",

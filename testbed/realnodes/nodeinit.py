@@ -51,16 +51,18 @@ class Supervisor:
             source.mkdir(parents=True, exist_ok=True)
             subprocess.run(["mount", "--bind", str(source), fixed], check=True)
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as out:
-            child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **env} if env else None)
         self.children[name] = child
         return child
 
     def start_containerd(self) -> None:
         CONTAINERD_SOCKET.unlink(missing_ok=True)
-        self.spawn("containerd", [self.spec["containerd"], "--config", self.spec["containerd_config"]])
+        self.spawn("containerd", [self.spec["containerd"], "--config", self.spec["containerd_config"]],
+                   self.spec.get("containerd_env"))
         self.wait_for(lambda: CONTAINERD_SOCKET.exists(), "containerd's socket", 30)
 
     def import_images(self) -> None:

@@ -1,0 +1,130 @@
+"""The real-node cluster as an operator's cluster (testbed/realnodes/incluster.py): Deployments roll out through
+their controllers, a Service gets its ready endpoint from a kubelet's probe, Jobs complete, and every image the chart
+names runs from the copy imported into the nodes' containerd, with pull policy IfNotPresent. An image that is not
+there fails its pull at once, naming it, and nothing goes to a registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from testbed.cluster.kube import api_client, create_namespace, delete_namespace, wait_for
+from testbed.images import image_names
+from testbed.realnodes.cluster import RealCluster
+from testbed.realnodes.incluster import KUBE_SCHEDULER_IMAGE
+from testbed.realnodes.node import NO_REGISTRY_PROXY
+
+pytestmark = pytest.mark.realnodes
+IMAGES = image_names()
+# As the chart's pods: not root, nothing writable but an emptyDir on /tmp.
+RESTRICTED = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@pytest.fixture
+def api(real_cluster: RealCluster) -> Iterator[client.ApiClient]:
+    assert real_cluster.in_cluster, "the session's real cluster must be started with in_cluster=True"
+    with api_client(real_cluster.plane) as api:
+        yield api
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    name = create_namespace(api, prefix="incluster")
+    yield name
+    core = client.CoreV1Api(api)  # what happened, shown when the test failed
+    for pod in core.list_namespaced_pod(name).items:
+        print(f"pod {pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase} {pod.status.container_statuses}")
+    for event in core.list_namespaced_event(name).items:
+        print(f"event {event.involved_object.name}: {event.reason} {event.message}")
+    delete_namespace(api, name)
+
+
+def container(name: str, image: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent", "securityContext": RESTRICTED,
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}], **fields}
+
+
+def pod_spec(*containers: dict[str, Any], restart: str = "Always") -> dict[str, Any]:
+    return {"containers": list(containers), "restartPolicy": restart, "terminationGracePeriodSeconds": 2,
+            "automountServiceAccountToken": False, "volumes": [{"name": "tmp", "emptyDir": {}}]}
+
+
+def test_a_job_runs_each_image_from_the_nodes_own_copy(api: client.ApiClient, namespace: str) -> None:
+    started = time.monotonic()
+    spec = pod_spec(container("fracgpu", IMAGES["fracgpu"], args=["certs", "--version"]),
+                    container("reservation", IMAGES["reservation"], args=["binder.reservation", "--version"]),
+                    container("scheduler", KUBE_SCHEDULER_IMAGE, command=["kube-scheduler", "--version"]),
+                    restart="Never")
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(namespace, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "versions"},
+                                            "spec": {"backoffLimit": 0, "template": {"spec": spec}}})
+
+    def finished() -> Any:
+        conditions = batch.read_namespaced_job("versions", namespace).status.conditions or []
+        return next((c for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"), None)
+
+    condition = wait_for("the versions Job to finish", finished, timeout=120, interval=1)
+    core = client.CoreV1Api(api)
+    [pod] = core.list_namespaced_pod(namespace, label_selector="job-name=versions").items
+    logs = {name: core.read_namespaced_pod_log(pod.metadata.name, namespace, container=name)
+            for name in ("fracgpu", "reservation", "scheduler")}
+    assert condition.type == "Complete", (condition.message, logs, pod.status.container_statuses)
+    assert logs["fracgpu"].startswith("fracgpu-certs ") and logs["reservation"].startswith("fracgpu-resource-reserv")
+    assert logs["scheduler"].strip() == "Kubernetes v1.35.4", logs
+    assert not [event.reason for event in core.list_namespaced_event(namespace).items if event.reason == "Pulling"]
+    print(f"Job of three images complete in {time.monotonic() - started:.1f} s")
+
+
+def test_a_deployment_rolls_out_and_its_service_gets_the_ready_endpoint(api: client.ApiClient, namespace: str) -> None:
+    started = time.monotonic()
+    labels = {"app": "web"}
+    probe = {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}
+    web = container("web", IMAGES["fracgpu"], args=["http.server", "8080", "--directory", "/tmp"],
+                    ports=[{"containerPort": 8080}], readinessProbe=probe)
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_deployment(namespace, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": pod_spec(web)}}})
+    core.create_namespaced_service(namespace, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                                               "spec": {"selector": labels, "ports": [{"port": 80,
+                                                                                       "targetPort": 8080}]}})
+
+    def available() -> bool:
+        status = apps.read_namespaced_deployment("web", namespace).status
+        return (status.available_replicas or 0) == 2
+
+    wait_for("Deployment web Available with 2 replicas", available, timeout=120, interval=1)
+    discovery = client.DiscoveryV1Api(api)
+
+    def ready_endpoints() -> list[str]:
+        slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector="kubernetes.io/service-name=web")
+        return [address for item in slices.items for endpoint in item.endpoints or []
+                if endpoint.conditions and endpoint.conditions.ready for address in endpoint.addresses]
+
+    addresses = wait_for("the web Service's two ready endpoints", lambda: len(ready_endpoints()) == 2 and
+                         ready_endpoints(), timeout=60, interval=1)
+    pod_ips = {pod.status.pod_ip for pod in core.list_namespaced_pod(namespace, label_selector="app=web").items}
+    assert set(addresses) == pod_ips
+    print(f"Deployment available with its endpoints in {time.monotonic() - started:.1f} s")
+
+
+def test_an_image_no_node_has_fails_its_pull_at_once_naming_it(api: client.ApiClient, namespace: str) -> None:
+    started = time.monotonic()
+    absent = "registry.invalid/fracgpu/absent:1"
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "absent"},
+                                           "spec": pod_spec(container("main", absent))})
+
+    def pull_failed() -> Any:
+        return [event for event in core.list_namespaced_event(namespace).items
+                if event.reason == "Failed" and absent in (event.message or "")]
+
+    [event, *_] = wait_for("the kubelet's Failed pull event", pull_failed, timeout=30, interval=0.5)
+    assert NO_REGISTRY_PROXY.removeprefix("http://") in event.message, event.message
+    print(f"pull refused in {time.monotonic() - started:.1f} s: {event.message}")
