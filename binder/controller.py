@@ -19,7 +19,7 @@ from binder.caches import Caches
 from binder.groupsync import fraction_groups
 from binder.metrics import BinderMetrics
 from binder.parking import ParkedBinds, ReservationWaits
-from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline, transient_cause
+from binder.pipeline import BindFailure, BindOutcomeUnknown, Pipeline
 from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
 from binder.reservation.waits import ReservationPending
@@ -28,6 +28,7 @@ from common import names
 from common.kube.cache import EventHandlers, object_key
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
 from common.kube.controller import Controller, Result
+from common.kube.errors import is_transient, transient_cause
 from common.kube.workqueue import ExponentialBackoff
 from common.logs import log_context
 
@@ -149,7 +150,7 @@ class BindRequestController:
         try:
             self._attempt(attempt)
         except (ApiError, FencedError) as error:
-            if error.outcome_unknown or error.status == 429 or isinstance(error, FencedError):
+            if is_transient(error):
                 # A read failed before anything was done (API blip, throttling, no lease): the bind did
                 # not fail, so no attempt is counted; come back with backoff (M5).
                 log.warning("API unavailable before binding; retrying: %s", error)

@@ -19,6 +19,7 @@ from typing import Any
 from binder import status as st
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from common.kube.errors import is_transient
 
 log = logging.getLogger("binder.controller")
 
@@ -80,7 +81,7 @@ def write_condition(client: KubeClient, pod: dict[str, Any], pod_report: st.PodR
         if _gone_or_replaced(error):
             return True
         log.warning("could not set the PodBound condition: %s", error)
-        return not (error.outcome_unknown or error.status == 429)
+        return not is_transient(error)
     return True
 
 

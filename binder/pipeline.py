@@ -27,7 +27,8 @@ from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
 from binder.plugins.chain import run_step
 from binder.reservation.waits import ReservationPending
 from common import bindrequest, names
-from common.kube.client import ApiError, FencedError, KubeClient, TransportError, pod_path
+from common.kube.client import ApiError, KubeClient, pod_path
+from common.kube.errors import transient_cause
 
 log = logging.getLogger("binder.pipeline")
 
@@ -51,28 +52,6 @@ class BindOutcomeUnknown(Exception):
     def __init__(self, message: str, decide_after: float) -> None:
         super().__init__(message)
         self.decide_after = decide_after
-
-
-def _storage_unavailable(error: ApiError) -> bool:
-    """An answer that only says etcd could not be reached: kube-apiserver wraps such storage errors in other
-    codes too (a Binding gets 409 "Operation cannot be fulfilled ... rpc error: code = Unavailable")."""
-    return "rpc error: code = unavailable" in error.message.lower() or "etcdserver: " in error.message
-
-
-def transient_cause(error: BaseException) -> ApiError | None:
-    """The API error behind a failed step when it says nothing about the bind itself: no answer, a 5xx,
-    throttling, or a write refused for want of the lease. Such an attempt is rolled back but not counted
-    (M5): only a bind that really failed uses up one of the BindRequest's attempts."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (TransportError, FencedError)) or (
-                isinstance(current, ApiError) and (current.status >= 500 or current.status == 429
-                                                   or _storage_unavailable(current))):
-            return current
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def bind_annotations(bind_request: dict[str, Any]) -> dict[str, str]:

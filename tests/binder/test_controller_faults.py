@@ -163,7 +163,7 @@ def test_an_attempt_cut_short_by_the_api_is_rolled_back_and_retried_without_coun
 
 
 def test_a_binding_refused_because_etcd_was_unreachable_is_not_a_failed_bind():
-    from binder.pipeline import transient_cause
+    from common.kube.errors import transient_cause
 
     answer = ApiError(409, "Conflict", 'Operation cannot be fulfilled on pods/binding "p": rpc error: code = '
                                        "Unavailable desc = error reading from server: connection reset by peer")
