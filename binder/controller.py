@@ -24,6 +24,7 @@ from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
 from binder.reservation.waits import ReservationPending
 from binder.settings import Settings
+from binder.steps import Step
 from common import names
 from common.kube.cache import EventHandlers, object_key
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
@@ -45,12 +46,9 @@ class UndecidedBinding:
     message: str
 
 
-OUTCOME_UNKNOWN = "outcome_unknown"
-TRANSIENT = "api_unavailable"
 UNDECIDED_RETRY_S = 1.0
 # A BindRequest whose pod another BindRequest is binding looks again this often (reads only the cache).
 POD_BUSY_RETRY_S = 1.0
-RESERVATION_PENDING = "reservation_pending"
 
 
 class Attempt:
@@ -61,7 +59,7 @@ class Attempt:
         self.bind_request = bind_request
         self.pod: dict[str, Any] | None = None
         self.error: str | None = None
-        self.step = ""
+        self.step = Step.NOT_DONE
         self.decide_after = 0.0
         self.unknown_message = ""
         self.pending: ReservationPending | None = None
@@ -157,10 +155,10 @@ class BindRequestController:
                 self.metrics.retries.inc()
                 return Result(retry=True)
             log.exception("internal error while binding")
-            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
+            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", Step.INTERNAL
         except Exception as error:  # noqa: BLE001 - a bug must end in a Failed status, not a dead worker
             log.exception("internal error while binding")
-            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", "internal"
+            attempt.error, attempt.step = f"internal error: {type(error).__name__}: {error}", Step.INTERNAL
         return self._report(key, attempt)
 
     def _attempt(self, attempt: Attempt) -> None:
@@ -175,21 +173,21 @@ class BindRequestController:
                 cached = None  # another BindRequest just bound it, maybe: the informer may not show that yet
             attempt.pod = self._read(cached, pod_path(namespace, pod_name))
             if attempt.pod is None:
-                attempt.error, attempt.step = f'pods "{pod_name}" not found', "pod_not_found"
+                attempt.error, attempt.step = f'pods "{pod_name}" not found', Step.POD_NOT_FOUND
                 return
             replaced = st.replaced_pod_error(bind_request, attempt.pod)
             if replaced:
                 # The scheduler placed another pod of this name; this one must not get its node (M10).
-                attempt.error, attempt.step = replaced, "pod_replaced"
+                attempt.error, attempt.step = replaced, Step.POD_REPLACED
                 return
         invalid = st.validate(bind_request)
         if invalid:
-            attempt.error, attempt.step = invalid, "invalid"
+            attempt.error, attempt.step = invalid, Step.INVALID
             return
         node_name = spec["selectedNode"]
         if (attempt.pod.get("spec") or {}).get("nodeName"):
             attempt.error = st.already_bound_error(attempt.pod, node_name, bind_request)
-            attempt.step = "bound_elsewhere" if attempt.error else "already_bound"
+            attempt.step = Step.BOUND_ELSEWHERE if attempt.error else Step.ALREADY_BOUND
             if not attempt.error:
                 log.info("Pod is already bound to node")
             return
@@ -204,20 +202,20 @@ class BindRequestController:
             # Decided: the earlier Binding never took effect, and cannot any more. The API failed, not the bind:
             # bind again now (every step is idempotent), and count nothing (M5).
             self._undecided.pop(attempt.key, None)
-            attempt.step, attempt.unknown_message = "", ""
+            attempt.step, attempt.unknown_message = Step.NOT_DONE, ""
             log.info("the earlier binding did not take effect (%s); binding again", undecided.message)
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
-            attempt.error, attempt.step = f'nodes "{node_name}" not found', "node_not_found"
+            attempt.error, attempt.step = f'nodes "{node_name}" not found', Step.NODE_NOT_FOUND
             return
         ctx = self.pipeline.context(attempt.pod, node, bind_request)
         try:
             self.pipeline.bind(ctx)
-            attempt.step = "bound"
+            attempt.step = Step.BOUND
         except ReservationPending as pending:
-            attempt.step, attempt.pending = RESERVATION_PENDING, pending
+            attempt.step, attempt.pending = Step.RESERVATION_PENDING, pending
         except BindOutcomeUnknown as unknown:
-            attempt.step, attempt.decide_after, attempt.unknown_message = OUTCOME_UNKNOWN, unknown.decide_after, \
+            attempt.step, attempt.decide_after, attempt.unknown_message = Step.OUTCOME_UNKNOWN, unknown.decide_after, \
                 str(unknown)
         except BindFailure as failure:
             attempt.error, attempt.step = str(failure), failure.step
@@ -230,9 +228,9 @@ class BindRequestController:
                                                 "metadata": attempt.pod.get("metadata") or {}}
                 attempt.error = st.already_bound_error(bound, node_name,
                                                        bind_request if ctx.found_bound_pod else None)
-                attempt.step = "bound_elsewhere" if attempt.error else "bound"
+                attempt.step = Step.BOUND_ELSEWHERE if attempt.error else Step.BOUND
             elif transient_cause(failure) is not None:
-                attempt.step = TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
+                attempt.step = Step.TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
 
     def _decide(self, attempt: Attempt, undecided: UndecidedBinding) -> bool:
         """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
@@ -242,7 +240,7 @@ class BindRequestController:
         (wait), or decided another way (bound, pod gone).
         """
         pod = attempt.pod or {}
-        attempt.step, attempt.unknown_message = OUTCOME_UNKNOWN, undecided.message
+        attempt.step, attempt.unknown_message = Step.OUTCOME_UNKNOWN, undecided.message
         attempt.decide_after = undecided.decide_after
         if time.monotonic() < undecided.decide_after:
             return False
@@ -254,16 +252,16 @@ class BindRequestController:
                 log.warning("cannot decide the earlier binding yet: %s", error)
                 attempt.decide_after = time.monotonic() + UNDECIDED_RETRY_S
                 return False
-            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', Step.POD_NOT_FOUND
             return False
         if st.uid(current) != undecided.pod_uid:
-            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', "pod_not_found"
+            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', Step.POD_NOT_FOUND
             return False
         attempt.pod = current
         node_name = st.spec(attempt.bind_request)["selectedNode"]
         if (current.get("spec") or {}).get("nodeName"):
             attempt.error = st.already_bound_error(current, node_name, attempt.bind_request)
-            attempt.step = "bound_elsewhere" if attempt.error else "bound"
+            attempt.step = Step.BOUND_ELSEWHERE if attempt.error else Step.BOUND
             if not attempt.error:
                 log.info("the earlier binding went through after all: the pod is bound")
             return False
@@ -281,29 +279,29 @@ class BindRequestController:
     # ------------------------------------------------------------------ report
     def _report(self, key: str, attempt: Attempt) -> Result:
         bind_request = attempt.bind_request
-        if attempt.step == RESERVATION_PENDING and attempt.pending is not None:
+        if attempt.step == Step.RESERVATION_PENDING and attempt.pending is not None:
             # Nothing is written and no attempt counted: the bind waits for its reservation pod's GPU id without a
             # worker (a kubelet takes seconds to start a pod), and resumes when the pod changes.
             return Result(requeue_after=self.parking.park(key, attempt.pending, st.uid(attempt.pod or {}),
                                                           fraction_groups(bind_request)))
         self.parking.release(key)
-        if attempt.step == OUTCOME_UNKNOWN and attempt.error is None:
+        if attempt.step == Step.OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
             if key not in self._undecided:
                 self._undecided[key] = UndecidedBinding(st.uid(bind_request), st.uid(attempt.pod or {}),
                                                         attempt.decide_after, attempt.unknown_message)
-                self.metrics.bind_attempts.labels(outcome="unknown", reason=OUTCOME_UNKNOWN).inc()
+                self.metrics.bind_attempts.labels(outcome="unknown", reason=Step.OUTCOME_UNKNOWN).inc()
             return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
         self._undecided.pop(key, None)
-        if attempt.step == TRANSIENT:
+        if attempt.step == Step.TRANSIENT:
             log.warning("attempt cut short by the API server (%s); retrying without counting it", attempt.error)
-            self.metrics.bind_attempts.labels(outcome="transient", reason=TRANSIENT).inc()
+            self.metrics.bind_attempts.labels(outcome="transient", reason=Step.TRANSIENT).inc()
             self.metrics.retries.inc()
             return Result(retry=True)
         if attempt.error is None:
             decision = st.decide_success(bind_request)
             seen = self._first_seen.pop(key, None)
-            if seen is not None and attempt.step == "bound":
+            if seen is not None and attempt.step == Step.BOUND:
                 self.metrics.bind_latency.observe(time.monotonic() - seen)
             self.metrics.bind_attempts.labels(outcome="success", reason=attempt.step).inc()
         else:
@@ -325,7 +323,7 @@ class BindRequestController:
 
         # A pod bound to another node is bound: this request failed, the pod did not, and its PodBound condition
         # belongs to whatever bound it (a condition never lies, docs/decisions.md §2.2). The Warning event says why.
-        condition_pod = None if attempt.step == "bound_elsewhere" else attempt.pod
+        condition_pod = None if attempt.step == Step.BOUND_ELSEWHERE else attempt.pod
         written = self._write_outcome(bind_request, decide, attempt.pod, pod_report, condition_pod)
         if written and attempt.error is not None and self.on_failure_written is not None:
             # No longer an active BindRequest: what its rollback had to keep can go now (L4).

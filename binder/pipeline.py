@@ -26,6 +26,7 @@ from binder import status as st
 from binder.plugins.base import BindContext, BinderPlugin, EventRecorder
 from binder.plugins.chain import run_step
 from binder.reservation.waits import ReservationPending
+from binder.steps import Step
 from common import bindrequest, names
 from common.kube.client import ApiError, KubeClient, pod_path
 from common.kube.errors import transient_cause
@@ -36,7 +37,7 @@ log = logging.getLogger("binder.pipeline")
 class BindFailure(Exception):
     """One bind attempt failed at `step`; the message (reference wording) becomes status.reason."""
 
-    def __init__(self, step: str, message: str) -> None:
+    def __init__(self, step: Step, message: str) -> None:
         super().__init__(message)
         self.step = step
 
@@ -123,7 +124,7 @@ class Pipeline:
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
         fields = ctx.log_fields()
         for failure in run_step(self.plugins, "precheck", ctx):  # before any side effect (L6)
-            raise BindFailure("prebind", str(failure)) from failure.error
+            raise BindFailure(Step.PREBIND, str(failure)) from failure.error
         if not self._resuming(ctx):  # a parked bind coming back did this on its first pass
             try:
                 self.reservation.sync_for_node(node_name)
@@ -135,7 +136,7 @@ class Pipeline:
         if bindrequest.is_fraction(ctx.bind_request):
             typed = bindrequest.fractional_gpu_groups(ctx.bind_request)
             if not typed:
-                raise BindFailure("invalid", "no SelectedGPUGroups for fractional pod: invalid binding request")
+                raise BindFailure(Step.INVALID, "no SelectedGPUGroups for fractional pod: invalid binding request")
             self._drop_stale_groups(ctx, [group.id for group in typed])
             gpu_ids: list[str] = []
             for fractional in typed:
@@ -149,7 +150,7 @@ class Pipeline:
                     pending = True
                     raise  # nothing to roll back: the attempt resumes when the reservation pod reports
                 except Exception as error:  # noqa: BLE001
-                    raise BindFailure("reservation", f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
+                    raise BindFailure(Step.RESERVATION, f"failed to reserve GPUs for pod <{ns}/{name}> in gpu "
                                                      f"group <{group}>: {error}") from error
                 finally:
                     if self.observe_reservation and not pending:
@@ -157,7 +158,7 @@ class Pipeline:
             ctx.gpu_ids = gpu_ids
 
         for failure in run_step(self.plugins, "prebind", ctx):
-            raise BindFailure("prebind", str(failure)) from failure.error
+            raise BindFailure(Step.PREBIND, str(failure)) from failure.error
 
         annotations.update(ctx.bind_annotations)  # what PreBind plugins added
         self._patch_bind_annotations(ctx, annotations)
@@ -181,7 +182,7 @@ class Pipeline:
         try:
             stale = self.reservation.drop_stale_group_labels(ctx.pod, groups)
         except Exception as error:  # noqa: BLE001
-            raise BindFailure("reservation", str(error)) from error
+            raise BindFailure(Step.RESERVATION, str(error)) from error
         for group in stale:
             try:
                 self.reservation.sync_for_gpu_group(group, fresh=True)  # the cache still shows the label
@@ -207,7 +208,7 @@ class Pipeline:
         try:
             patched = self.client.patch(pod_path(ns, name), patch)
         except ApiError as error:
-            raise BindFailure("annotations", f"failed to patch pod <{ns}/{name}> with bind annotations: "
+            raise BindFailure(Step.ANNOTATIONS, f"failed to patch pod <{ns}/{name}> with bind annotations: "
                                              f"{error}") from error
         ctx.pod.setdefault("metadata", {})["annotations"] = {**current, **wanted}
         if patched.get("metadata", {}).get("resourceVersion"):
@@ -236,7 +237,7 @@ class Pipeline:
                 # Whatever the Binding's answer said, nobody can tell now whether the pod is bound (a 409
                 # "already assigned" can be to this very node): decide later, never roll back now.
                 unknown = BindOutcomeUnknown(message, started + self.apiserver_request_timeout_s)
-            raise (unknown or BindFailure("binding", message)) from cause
+            raise (unknown or BindFailure(Step.BINDING, message)) from cause
         if pod_bound_to(current, ctx.pod, node_name):
             log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",
                         cause, extra=ctx.log_fields())
@@ -245,7 +246,7 @@ class Pipeline:
             log.warning("binding outcome unknown (%s): decided by a read after the apiserver's request "
                         "timeout; nothing is rolled back before that", cause, extra=ctx.log_fields())
             raise unknown from cause
-        raise BindFailure("binding", message) from cause
+        raise BindFailure(Step.BINDING, message) from cause
 
     # ------------------------------------------------------------------ rollback
     def rollback(self, ctx: BindContext) -> list[str]:
