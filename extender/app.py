@@ -23,6 +23,7 @@ from common.kube.slim import slim_generic, slim_meta
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
 from extender.ledger import Ledger
+from extender.leftovers import SWEEP_EVERY_S, FailedBindRequests
 from extender.requeue import Requeue
 from extender.server import ExtenderMetrics, ExtenderServer
 from extender.settings import Settings
@@ -102,6 +103,7 @@ class ExtenderApp:
         self.registry.register(BuildInfoCollector("extender"))
         ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
+        self.failed_bind_requests = FailedBindRequests(self.bind_requests.list, binds.delete)
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
                            requeue=self.requeue, unsynced=self.unsynced)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
@@ -177,6 +179,7 @@ class ExtenderApp:
         self.server.start()
         self.requeue.start()
         threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
+        threading.Thread(target=self._sweep_failed, name="extender-sweep", daemon=True).start()
         threading.Thread(target=self._log_synced, args=(time.monotonic(),), name="extender-synced",
                          daemon=True).start()
         log.info("extender serving; it places no pod until its caches are synced", extra={"fields": {
@@ -192,6 +195,14 @@ class ExtenderApp:
                 return
             log.warning("caches not synced yet: every filter and bind is answered with an error",
                         extra={"fields": {"waiting": self.unsynced()}})
+
+    def _sweep_failed(self) -> None:
+        while not self.stopped.wait(SWEEP_EVERY_S):
+            if self.informers.synced:
+                try:
+                    self.metrics.failed_deleted.inc(self.failed_bind_requests.sweep())
+                except Exception:  # noqa: BLE001 - an API failure is retried at the next sweep
+                    log.exception("cannot sweep the failed BindRequests")
 
     def _expire_pending(self) -> None:
         while not self.stopped.wait(_EXPIRE_EVERY_S):

@@ -44,6 +44,9 @@ class ExtenderMetrics:
         self.not_synced = Counter("fracgpu_extender_not_synced_answers_total",
                                   "Verb calls answered with an error because the caches had not applied their first "
                                   "lists yet (the scheduler retries them)", ["verb"], registry=registry)
+        self.failed_deleted = Counter("fracgpu_extender_failed_bindrequests_deleted_total",
+                                      "BindRequests failed for good after their bind call ended, deleted once they "
+                                      "had been failed for 30 s", registry=registry)
         self.requeues = Counter("fracgpu_extender_requeues_total",
                                 "Pending pods the extender had refused everywhere, woken for the scheduler once GPUs "
                                 "they fit were freed, by outcome (patched, failed)", ["outcome"], registry=registry)

@@ -4,6 +4,7 @@
   name) keeps the pods bound to it: they send no event of their own, so the extender must not forget their GPUs.
 - A pod, or its BindRequest, deleted while the extender's bind call waits on the binder: the room decided for it is
   free again at once, and a pod whose BindRequest was deleted is placed anew (nothing else would ever bind it).
+- A BindRequest failed for good after its bind call ended is deleted within a bounded time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from gpu_truth import read
 
+from common.bindrequest import failed_for_good
 from common.kube.client import ApiError, bindrequest_path, pod_path
 from testbed.cluster.kube import create_gpu_node, delete_node, wait_for
 from testbed.stockbed import StockBed
@@ -21,6 +23,7 @@ from testbed.stockbed import StockBed
 pytestmark = pytest.mark.apiserver
 
 PLACED_WITHIN_S = 10.0
+FAILED_BIND_REQUESTS_KEPT_AT_MOST_S = 45.0  # docs/operations.md §10.4: 30 s kept, swept every 10 s, the cache's delay
 
 
 def bind_request_of(bed: StockBed, pod: str) -> dict[str, Any] | None:
@@ -100,3 +103,27 @@ def test_a_pod_whose_bind_request_is_deleted_during_the_bind_wait_is_placed_anew
     bed.binder.start()
     wait_for("the pod bound", lambda: bound(bed, "pinned"), timeout=60, interval=0.5)
 
+
+def test_a_failed_bind_request_of_a_pod_that_went_is_deleted_within_a_bounded_time(stock_bed):
+    """The bind call timed out (the BindRequest stood, so it stayed), the pod was deleted, and the binder then failed
+    the BindRequest for good: nothing else would ever delete it where the owner garbage collector does not run (as
+    on this test bed) or a BindRequest has no owner reference."""
+    bed = stock_bed
+    bed.add_node(gpus=1)
+    bed.create("probe")
+    bed.extender.stop()
+    bed.extender.flags += ["--bind-timeout", "2"]  # the bind call gives up long before the binder does
+    bed.extender.start()
+    bed.player.paused = True  # reservation pods never report a GPU: the binder fails after its allocation timeout
+    bed.create("doomed", {"gpu-fraction": "0.6"})
+    wait_for("the pod placed", lambda: bind_request_of(bed, "doomed"), timeout=30, interval=0.2)
+    bed.scheduler.stop()  # no retry starts another bind call that would wait on the BindRequest
+    time.sleep(3)  # the bind call has timed out: its BindRequest stands, nobody waits on it
+    bed.kube.delete(pod_path(bed.namespace, "doomed"), params={"gracePeriodSeconds": "0"})
+    failed = wait_for("the BindRequest failed for good", lambda: (br := bind_request_of(bed, "doomed")) and
+                      failed_for_good(br) and br, timeout=60, interval=0.5)
+    failed_at = time.monotonic()
+    wait_for("the failed BindRequest deleted", lambda: bind_request_of(bed, "doomed") is None,
+             timeout=FAILED_BIND_REQUESTS_KEPT_AT_MOST_S, interval=1.0)
+    print(f"failed BindRequest {failed['metadata']['name']} deleted {time.monotonic() - failed_at:.1f}s after it "
+          "failed")
