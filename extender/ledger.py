@@ -31,7 +31,6 @@ from typing import Any
 from common import bindrequest, names
 from common.gpu_request import parse_go_uint
 from common.gpuclaims import (
-    MIXED_MODES,
     Claim,
     GpuRequest,
     PodState,
@@ -42,10 +41,9 @@ from common.gpuclaims import (
     pod_claim,
     pod_member,
     pod_state,
-    usage,
 )
 from common.objects import meta
-from extender.placement import NodeGpus, Policy, fit, groups_for
+from extender.placement import NodeGpus, Policy, build_view, fit, groups_for, whole_refusal
 from extender.residues import Residues
 
 # Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
@@ -124,7 +122,7 @@ class Ledger:
         if cached is not None:
             return cached
         version, claims = entry.version, entry.claims
-        built = _build_view(node, entry.devices, entry.memory_mib, claims.values(), self._home, self._modes)
+        built = build_view(node, entry.devices, entry.memory_mib, claims.values(), self._home, self._modes)
         if entry.version == version:
             entry.view = built
         return built
@@ -453,29 +451,3 @@ def standing_of(bind_request: Mapping[str, Any]) -> Standing:
     return Standing(meta(bind_request).get("name", ""), str(meta(bind_request).get("uid") or ""),
                     spec.get("selectedNode") or "", tuple(bindrequest.selected_gpu_groups(bind_request)),
                     (bind_request.get("status") or {}).get("phase") or "", dict(bind_request))
-
-
-def whole_refusal(request: GpuRequest, view: NodeGpus) -> str:
-    """Why a whole-GPU request does not fit the node's free devices ("" when it does). The kube-scheduler's own
-    resource fit cannot see GPU groups whose reservation pods do not exist yet, nor binds in flight."""
-    if request.whole <= view.free_devices:
-        return ""
-    in_groups = len(view.groups)
-    return (f"{view.devices} GPUs, {view.free_devices} free ({view.whole_in_use} whole, {in_groups} shared in GPU "
-            f"groups); {request.whole} whole GPU(s) requested")
-
-
-def _build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str],
-                modes: Mapping[str, Mapping[str, int]]) -> NodeGpus:
-    view = NodeGpus(node, devices, memory_mib)
-    whole, shares = usage(claims, memory_mib)
-    view.whole_in_use = sum(whole.values())
-    for (group, _), share in shares.items():
-        view.groups[group] = view.groups.get(group, 0) + share
-    view.foreign = frozenset(group for group in view.groups if home.get(group, node) != node)
-    for group in view.groups:
-        given = modes.get(group) or {}
-        mode = next(iter(given)) if len(given) == 1 else MIXED_MODES if given else names.COMPUTE_TIME_SLICING
-        if mode != names.COMPUTE_TIME_SLICING:
-            view.modes[group] = mode
-    return view

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import names
-from common.gpuclaims import FULL, GpuRequest
+from common.gpuclaims import FULL, MIXED_MODES, GpuRequest, usage
 
 MAX_SCORE = 10  # the extender protocol's maximum priority
 
@@ -213,3 +213,31 @@ def groups_for(placement: Fit, new_group_id: Callable[[], str]) -> dict[str, int
     for _ in range(placement.new_groups):
         chosen[new_group_id()] = placement.share
     return chosen
+
+def whole_refusal(request: GpuRequest, view: NodeGpus) -> str:
+    """Why a whole-GPU request does not fit the node's free devices ("" when it does). The kube-scheduler's own
+    resource fit cannot see GPU groups whose reservation pods do not exist yet, nor binds in flight."""
+    if request.whole <= view.free_devices:
+        return ""
+    in_groups = len(view.groups)
+    return (f"{view.devices} GPUs, {view.free_devices} free ({view.whole_in_use} whole, {in_groups} shared in GPU "
+            f"groups); {request.whole} whole GPU(s) requested")
+
+
+def build_view(node: str, devices: int, memory_mib: int | None, claims: Any, home: Mapping[str, str],
+               modes: Mapping[str, Mapping[str, int]]) -> NodeGpus:
+    """A node's GPUs as its claims hold them (common/gpuclaims.py): whole devices, each group's share, the groups
+    whose reservation pod lives elsewhere (`home`: group -> node), and each group's compute mode (`modes`: group ->
+    mode -> how many claims give it)."""
+    view = NodeGpus(node, devices, memory_mib)
+    whole, shares = usage(claims, memory_mib)
+    view.whole_in_use = sum(whole.values())
+    for (group, _), share in shares.items():
+        view.groups[group] = view.groups.get(group, 0) + share
+    view.foreign = frozenset(group for group in view.groups if home.get(group, node) != node)
+    for group in view.groups:
+        given = modes.get(group) or {}
+        mode = next(iter(given)) if len(given) == 1 else MIXED_MODES if given else names.COMPUTE_TIME_SLICING
+        if mode != names.COMPUTE_TIME_SLICING:
+            view.modes[group] = mode
+    return view

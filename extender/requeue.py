@@ -25,8 +25,8 @@ from typing import Any
 
 from common import names
 from common.gpuclaims import GpuRequest
-from extender.ledger import Ledger, whole_refusal
-from extender.placement import fits
+from extender.ledger import Ledger
+from extender.placement import fits, whole_refusal
 
 log = logging.getLogger("extender.requeue")
 

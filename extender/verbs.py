@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from common import bindrequest
 from common.gpuclaims import FULL, GpuRequest, InvalidRequest, request_of
-from extender.ledger import Ledger, Standing, standing_of, whole_refusal
-from extender.placement import Policy, filter_nodes, placements, scores
+from extender.ledger import Ledger, Standing, standing_of
+from extender.placement import Policy, filter_nodes, placements, scores, whole_refusal
 
 log = logging.getLogger("extender.verbs")
 
