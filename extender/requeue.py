@@ -53,6 +53,8 @@ class Requeue:
         self._freed: set[str] = set()
         self._grown: set[str] = set()  # nodes added or given more GPUs: any refused pod may fit there
         self._last_nudge: dict[tuple[str, str], float] = {}
+        # Nodes freed or grown for a pod woken less than min_interval_s before: looked at again once it is over.
+        self._deferred: dict[tuple[str, str], set[str]] = {}
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self.on_nudge: Callable[[str], None] = lambda outcome: None  # told "patched" or "failed"
@@ -68,12 +70,14 @@ class Requeue:
     def placed(self, namespace: str, name: str) -> None:
         with self._lock:
             self._refused.pop((namespace, name), None)
+            self._deferred.pop((namespace, name), None)
 
     def forget(self, namespace: str, name: str) -> None:
         """The pod is bound or gone."""
         with self._lock:
             self._refused.pop((namespace, name), None)
             self._last_nudge.pop((namespace, name), None)
+            self._deferred.pop((namespace, name), None)
 
     def freed(self, node: str) -> None:
         """Called under the ledger's lock: take note only."""
@@ -96,15 +100,26 @@ class Requeue:
             freed, self._freed = self._freed, set()
             grown, self._grown = self._grown, set()
             refused = list(self._refused.items())
+            for key in [key for key in self._deferred if key not in self._refused]:
+                del self._deferred[key]  # woken already, or placed: nothing left to wake it for
         now = self._clock()
         due = []
         for key, entry in refused:
-            if now - self._last_nudge.get(key, -self.min_interval_s) < self.min_interval_s:
-                continue
-            candidates = [node for node in entry.node_names if node in freed] + sorted(grown)
-            if any(self._fits(entry.request, node) for node in candidates):
+            with self._lock:
+                candidates = {node for node in entry.node_names if node in freed} | grown | self._deferred.pop(
+                    key, set())
+                if candidates and now - self._last_nudge.get(key, -self.min_interval_s) < self.min_interval_s:
+                    self._deferred[key] = candidates  # not lost: judged when the interval is over
+                    continue
+            if any(self._fits(entry.request, node) for node in sorted(candidates)):
                 due.append((*key, entry.uid))
         return due
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the first deferred pod's interval is over (None: none is deferred)."""
+        with self._lock:
+            ends = [self._last_nudge.get(key, 0.0) + self.min_interval_s for key in self._deferred]
+        return max(0.0, min(ends) - self._clock()) if ends else None
 
     def nudge_due(self) -> int:
         """Wake the scheduler for every pod that is due; how many were woken."""
@@ -137,7 +152,7 @@ class Requeue:
 
     def run(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait()
+            self._wake.wait(self.next_due_in())
             if self._stopped.is_set():
                 return
             # Frees come in bursts (a Job's pods, a rollout): one pass after the burst, not one per pod.

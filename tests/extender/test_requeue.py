@@ -75,3 +75,22 @@ def test_a_pod_is_woken_at_most_once_per_interval():
     ledger.upsert_pod(fraction_pod("y", "n1", ["g"]))
     ledger.delete_pod(fraction_pod("y", "n1", ["g"]))
     assert requeue.nudge_due() == 1 and len(patched) == 2
+
+
+def test_capacity_freed_within_the_interval_wakes_the_pod_once_the_interval_is_over():
+    """The scheduler tried the pod just after a first wake-up, before a second GPU was freed, and was refused again:
+    that second freeing must not be lost because it came too soon after the first wake-up."""
+    ledger, requeue, patched, now = bed()
+    requeue.refused(pending("a"), GpuRequest(fraction=50), ["n1"])
+    ledger.upsert_pod(fraction_pod("x", "n1", ["g"]))
+    ledger.delete_pod(fraction_pod("x", "n1", ["g"]))
+    assert requeue.nudge_due() == 1
+    now[0] = 0.5
+    requeue.refused(pending("a"), GpuRequest(fraction=50), ["n1"])  # the woken try came too early
+    ledger.upsert_pod(fraction_pod("y", "n1", ["g"]))
+    ledger.delete_pod(fraction_pod("y", "n1", ["g"]))
+    assert requeue.nudge_due() == 0, "too soon after the last wake-up"
+    assert requeue.next_due_in() == requeue.min_interval_s - 0.5
+    now[0] = requeue.min_interval_s
+    assert requeue.nudge_due() == 1 and len(patched) == 2, "the freed GPU was forgotten"
+    assert requeue.next_due_in() is None
