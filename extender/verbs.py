@@ -9,6 +9,7 @@ reason goes back to the scheduler so it forgets the pod and tries again.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +106,10 @@ class Verbs:
         # Which informers have not applied their first list yet, and why ("" once all have): the ledger is
         # complete only then (extender/app.py).
         self.unsynced = unsynced
+        # Pods a bind call is working on: the ledger holds one decision per pod, so a second call at once (two
+        # scheduler replicas in a hand-over, a scheduler restarted mid-bind) would replace the first's.
+        self._binding: set[str] = set()
+        self._binding_lock = threading.Lock()
 
     def require_synced(self) -> None:
         """Raises CachesNotSynced while any informer has not applied its first list."""
@@ -178,6 +183,23 @@ class Verbs:
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         fields = {**_pod_key(pod), "node": node}
+        key = f"{namespace}/{name}"
+        with self._binding_lock:
+            busy = key in self._binding
+            self._binding.add(key)
+        if busy:
+            log.info("bind refused: another bind call for the pod is in progress", extra=fields)
+            self.on_bind("refused")
+            return f'a bind of pod "{key}" is already in progress; the scheduler will try again'
+        try:
+            return self._bind(pod, node, fields)
+        finally:
+            with self._binding_lock:
+                self._binding.discard(key)
+
+    def _bind(self, pod: dict[str, Any], node: str, fields: dict[str, Any]) -> str:
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
         try:
             request = request_of(pod)
         except InvalidRequest as error:

@@ -167,3 +167,30 @@ def test_whole_gpu_pods_are_refused_where_gpu_groups_took_the_devices_and_counte
     assert fake.created[-1]["spec"]["receivedResourceType"] == "Regular"
     assert ledger.view("n2").whole_in_use == 2
     assert verbs.filter(pod("g", {"gpu-fraction": "0.1"}), ["n2"])[0] == []
+
+
+def test_a_second_bind_call_for_a_pod_whose_first_still_waits_leaves_the_first_decision_counted():
+    """Two scheduler replicas in a hand-over, or a scheduler restarted mid-bind, bind one pod twice at once; the
+    first call's BindRequest is not in the cache yet. The second call must not replace the first decision."""
+    ledger = Ledger()
+    for name in ("n1", "n2"):
+        ledger.upsert_node(node(name, gpus=1))
+    ids = iter(f"group-{i}" for i in range(100))
+    answers = []
+
+    class InformerLags(PlayedBinder):
+        def create(self, manifest):
+            self.created.append(manifest)  # written, but the informer has not delivered it
+            return {**manifest, "metadata": {**manifest["metadata"], "uid": f"br-uid-{len(self.created)}"}}
+
+        def wait(self, bind_request, timeout_s):
+            if len(self.created) == 1:  # the second call comes while the first one waits
+                answers.append(verbs.bind(pod("p", {"gpu-fraction": "0.75"}), "n2"))
+                answers.append(ledger.view("n1").groups)
+            return BindOutcome(False, "timeout", over=False)
+
+    verbs = Verbs(ledger, InformerLags(ledger), lambda namespace, name: None, new_group_id=lambda: next(ids))
+    verbs.bind(pod("p", {"gpu-fraction": "0.75"}), "n1")
+    refusal, groups_on_n1 = answers
+    assert refusal == 'a bind of pod "ns/p" is already in progress; the scheduler will try again'
+    assert groups_on_n1 == {"group-0": 75}, "the first decision was no longer counted"
