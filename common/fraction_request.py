@@ -1,9 +1,10 @@
-"""A pod's GPU fraction request as KAI v0.18 reads it: legacy `gpu-fraction` / `gpu-memory` and the NvFractions
+"""A pod's GPU fraction request as KAI v0.18.3 reads it: legacy `gpu-fraction` / `gpu-memory` and the NvFractions
 per-container annotations `nvidia.com/container.<c>.gpu-memory.request|.limit|.gpu-compute.mode`.
 
-The reference's pkg/common/resources (gpu_sharing.go, gpu_sharing_nvfractions.go, gpu_sharing_validation.go,
-gpu_sharing_container_ref.go; PR #2040), used by its nvfractions admission plugin. Only the NvFractions mode uses
-these rules here: the other modes keep the v0.17 ones (common/gpu_request.py, common/fraction.py), as before.
+The reference's kai-scheduler/api utilities/resources (gpu_sharing.go, gpu_sharing_nvfractions.go,
+gpu_sharing_validation.go, gpu_sharing_container_ref.go; commit 556f51ba), shared by its gpusharing and nvfractions
+admission plugins; the limit annotations checked first are common/fraction_limits.py. With `--kai-contract v0.17` the
+ConfigMap modes keep the v0.17 rules (common/gpu_request.py, common/fraction.py) instead.
 
 Go walks the annotation map in random order; where the order decides which of two errors a pod gets, we walk the
 keys sorted, so a pod always gets the same answer. The `.gpus.devices` annotation (binder-owned) is no part of a
@@ -18,7 +19,9 @@ from typing import Any
 
 from common import names
 from common.fraction import ContainerRef
-from common.gpu_request import parse_go_float, parse_go_uint
+from common.fraction_limits import FractionRequestError, request_portion, validate_limits
+from common.gotext import parse_uint_error
+from common.gpu_request import MSG_MEMORY_VALUE, parse_go_uint
 from common.kube_quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
 
 PORTION = "portion"
@@ -37,8 +40,6 @@ _SUFFIXES = (
 )
 
 MSG_NUM_DEVICES_VALUE = "fraction count annotation value must be a positive integer greater than 0"
-MSG_FRACTION_RANGE = "gpu-fraction annotation value must be a positive number smaller than 1.0"
-MSG_MEMORY_VALUE = "gpu-memory annotation value must be a positive integer greater than 0"
 MSG_NUM_DEVICES_ALONE = (
     "cannot request multiple fractional devices without specifying fraction details (portion or memory)"
 )
@@ -49,10 +50,6 @@ MSG_LIMIT_AND_LEGACY = (
     f"{names.GPU_MEMORY} annotation"
 )
 MSG_FRACTION_AND_MEMORY = "cannot request both gpu-fraction and GPU memory request"
-
-
-class FractionRequestError(ValueError):
-    """The pod's GPU fraction request is malformed; the message is the reference's, word for word."""
 
 
 @dataclass
@@ -176,11 +173,7 @@ def parse_request(pod: Mapping[str, Any]) -> FractionRequest | None:
             return FractionRequest(NV_FRACTIONS, num_devices, memory=entry.request, limit=entry.limit)
     fraction = annotations.get(names.GPU_FRACTION)
     if fraction:
-        portion = parse_go_float(fraction)
-        # NaN passes, as in Go: it compares false both ways.
-        if portion is None or portion <= 0 or portion >= 1:
-            raise FractionRequestError(MSG_FRACTION_RANGE)
-        return FractionRequest(PORTION, num_devices, portion=portion)
+        return FractionRequest(PORTION, num_devices, portion=request_portion(fraction))
     memory = annotations.get(names.GPU_MEMORY)
     if memory:
         mib = parse_go_uint(memory)
@@ -202,6 +195,7 @@ def _has_whole_gpu_limit(pod: Mapping[str, Any]) -> bool:
 def validate_request(pod: Mapping[str, Any]) -> None:
     """ValidateGPUFractionRequest: raise FractionRequestError with the first rule the pod breaks."""
     annotations = annotations_of(pod)
+    validate_limits(pod, annotations)
     request = parse_request(pod)
     if request is None:
         if names.GPU_FRACTION_NUM_DEVICES in annotations:
@@ -214,7 +208,9 @@ def validate_request(pod: Mapping[str, Any]) -> None:
         raise FractionRequestError(MSG_FRACTION_AND_WHOLE)
     has_fraction = bool(annotations.get(names.GPU_FRACTION))
     has_memory = bool(annotations.get(names.GPU_MEMORY))
-    if request.limit is not None and (has_fraction or has_memory):
+    # gpu-memory may stand beside the limit the nvfractions plugin translated from its gpu-memory.limit shorthand.
+    memory_shorthand = names.GPU_MEMORY_LIMIT in annotations
+    if request.limit is not None and (has_fraction or (has_memory and not memory_shorthand)):
         raise FractionRequestError(MSG_LIMIT_AND_LEGACY)
     if has_fraction and has_memory:
         raise FractionRequestError(MSG_FRACTION_AND_MEMORY)
@@ -283,3 +279,16 @@ def fraction_container_ref(pod: Mapping[str, Any]) -> ContainerRef:
             if (container.get("name") or "") == wanted:
                 return ContainerRef(init=init, index=index)
     raise FractionRequestError(f"container with name {wanted} not found for fraction request")
+
+
+def gpu_memory_request_annotation(pod: Mapping[str, Any], container: str) -> tuple[str, str] | None:
+    """adjustFractionalMemoryAnnotations: `gpu-memory: N` as the container's NvFractions request (key, `<N>Mi` as a
+    Kubernetes quantity writes it: 2000 -> 2000Mi, 8192 -> 8Gi); None without gpu-memory."""
+    annotations = annotations_of(pod)
+    if names.GPU_MEMORY not in annotations:
+        return None
+    value = annotations[names.GPU_MEMORY]
+    mib = parse_go_uint(value)
+    if mib is None:
+        raise FractionRequestError(f"failed to parse gpu memory annotation value: {parse_uint_error(value)}")
+    return annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX), str(mebibytes(mib))

@@ -9,6 +9,9 @@ GPU_FRACTION = "gpu-fraction"
 GPU_MEMORY = "gpu-memory"
 GPU_FRACTION_NUM_DEVICES = "gpu-fraction-num-devices"
 GPU_FRACTION_CONTAINER_NAME = "gpu-fraction-container-name"
+# KAI v0.18.3 shorthands: the nvfractions plugin turns them into the per-container limits below.
+GPU_FRACTION_LIMIT = "gpu-fraction.limit"
+GPU_MEMORY_LIMIT = "gpu-memory.limit"
 MPS = "mps"
 SHARED_GPU_CONFIGMAP = "runai/shared-gpu-configmap"
 
@@ -18,6 +21,9 @@ NVFRACTIONS_MEMORY_REQUEST_SUFFIX = ".gpu-memory.request"
 NVFRACTIONS_MEMORY_LIMIT_SUFFIX = ".gpu-memory.limit"
 NVFRACTIONS_VISIBLE_DEVICES_SUFFIX = ".gpus.devices"  # written by the binder only
 GPU_COMPUTE_MODE_SUFFIX = ".gpu-compute.mode"
+# KAI v0.18.3: `kai.scheduler/container.<container>.gpu-memory.portion.limit`, a fraction of the GPU's memory.
+KAI_CONTAINER_ANNOTATION_PREFIX = "kai.scheduler/container."
+GPU_MEMORY_PORTION_LIMIT_SUFFIX = ".gpu-memory.portion.limit"
 
 # GPU compute sharing modes of a fractional GPU group (BindRequest selectedFractionalGpuGroups[].computeSharingMode).
 COMPUTE_TIME_SLICING = "time-slicing"  # the default, also for groups written without a mode
@@ -30,6 +36,12 @@ SHARING_HAMI_CORE = "HamiCore"
 SHARING_NV_FRACTIONS = "NvFractions"
 SHARING_DISABLED = "Disabled"
 GPU_SHARING_MODES = (SHARING_NON_MEMORY_ENFORCED, SHARING_HAMI_CORE, SHARING_NV_FRACTIONS, SHARING_DISABLED)
+
+# Which KAI scheduler the ConfigMap modes answer to (--kai-contract): v0.18.3's request rules and annotations, or
+# v0.17's for a cluster whose scheduler does not read NvFractions annotations yet.
+KAI_CONTRACT_V017 = "v0.17"
+KAI_CONTRACT_V018 = "v0.18"
+KAI_CONTRACTS = (KAI_CONTRACT_V018, KAI_CONTRACT_V017)
 
 # Pod annotations written by the binder.
 RECEIVED_RESOURCE_TYPE = "received-resource-type"
