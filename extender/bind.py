@@ -4,7 +4,8 @@ The wait watches the extender's own informers (no polling of the API server): th
 with success; the BindRequest seen failed for good ends it with the binder's reason; the pod or the BindRequest
 seen deleted ends it at once, so that the room decided for it is free again. At the deadline one read of the pod
 decides. A BindRequest already there is deleted (uid precondition) and written anew only when it can
-hold nothing: failed for good, or written for a pod of the same name that was since replaced. Any other is the
+hold nothing: failed for good, or written for a pod of the same name that was since replaced (its owner reference
+names another uid). Any other, one without an owner reference too, is the
 pod's placement, which the binder may be acting on: it is handed back to bind (StandingBindRequest), never
 replaced.
 """
@@ -88,7 +89,8 @@ class ApiBindRequests:
             if not error.already_exists:
                 raise
         existing = self.client.get(bindrequest_path(namespace, name))
-        same_pod = owner_pod_uid(existing) == owner_pod_uid(manifest)
+        # Without an owner reference nothing tells whose it is, so the binder may be acting on it for this pod.
+        same_pod = not owner_pod_uid(existing) or owner_pod_uid(existing) == owner_pod_uid(manifest)
         if same_pod and not failed_for_good(existing):
             raise StandingBindRequest(existing)
         log.info("replacing a BindRequest that holds nothing", extra={"pod": name, "namespace": namespace, "fields": {

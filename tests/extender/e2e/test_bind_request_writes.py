@@ -1,0 +1,47 @@
+"""The extender's BindRequest writes on the real API server (extender/bind.py), one call at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from common import bindrequest
+from common.kube.cache import Informer
+from common.kube.client import KubeClient, bindrequest_path
+from extender.bind import ApiBindRequests, Waiters
+from extender.verbs import StandingBindRequest
+
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture
+def binds(control_plane: Any, stock_crds: None) -> Iterator[ApiBindRequests]:
+    client = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
+    yield ApiBindRequests(client, Informer(client, "/api/v1/pods", "pods"),
+                          Informer(client, bindrequest_path(), "bindrequests"), Waiters())
+    client.close()
+
+
+def written_for(namespace: str, uid: str) -> dict[str, Any]:
+    pod = {"metadata": {"name": "p", "namespace": namespace, "uid": uid}}
+    return bindrequest.manifest(pod, "n1", groups=["g1"], portion=0.5)
+
+
+def test_a_bind_request_without_an_owner_reference_is_never_replaced(binds, namespace):
+    """Nothing tells whose it is (another scheduler may write none), so the binder may be acting on it: it stands."""
+    ownerless = written_for(namespace, "uid-unknown")
+    del ownerless["metadata"]["ownerReferences"]
+    existing = binds.client.create(bindrequest_path(namespace), ownerless)
+    with pytest.raises(StandingBindRequest) as standing:
+        binds.create(written_for(namespace, "uid-of-the-pod-now"))
+    assert standing.value.bind_request["metadata"]["uid"] == existing["metadata"]["uid"]
+    assert binds.client.get(bindrequest_path(namespace, "p"))["metadata"]["uid"] == existing["metadata"]["uid"]
+
+
+def test_a_bind_request_of_a_replaced_pod_is_replaced(binds, namespace):
+    existing = binds.client.create(bindrequest_path(namespace), written_for(namespace, "uid-of-the-old-pod"))
+    created = binds.create(written_for(namespace, "uid-of-the-pod-now"))
+    assert created["metadata"]["uid"] != existing["metadata"]["uid"]
+    assert bindrequest.owner_pod_uid(created) == "uid-of-the-pod-now"
