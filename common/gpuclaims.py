@@ -129,7 +129,9 @@ def nvfractions_memory(annotations: Mapping[str, Any]) -> int | None:
 
 
 def whole_gpus_of(pod: Mapping[str, Any]) -> int:
-    """Whole GPUs a pod holds: the sum over its containers, or its largest init container if that is more."""
+    """Whole GPUs a pod holds, as the kube-scheduler counts a pod's request: its containers together with its
+    sidecars (init containers with restartPolicy Always, which keep running beside them), or, if more, the peak
+    of its init phase (each ordinary init container with the sidecars started before it)."""
     spec = pod.get("spec") or {}
 
     def limit(container: Any) -> int:
@@ -137,9 +139,14 @@ def whole_gpus_of(pod: Mapping[str, Any]) -> int:
         value = parse_go_uint(str(limits.get(names.NVIDIA_GPU, "0")))
         return value or 0
 
-    regular = sum(limit(c) for c in spec.get("containers") or [])
-    init = max((limit(c) for c in spec.get("initContainers") or []), default=0)
-    return max(regular, init)
+    sidecars = init_peak = 0
+    for container in spec.get("initContainers") or []:
+        if (container or {}).get("restartPolicy") == "Always":
+            sidecars += limit(container)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + limit(container))
+    return max(sum(limit(c) for c in spec.get("containers") or []) + sidecars, init_peak)
 
 
 ENDED_PHASES = ("Succeeded", "Failed")

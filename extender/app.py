@@ -51,11 +51,15 @@ def _kept_annotation(key: str) -> bool:
 
 
 def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:
+    """Each container's GPU limit, and an init container's restartPolicy (a sidecar's GPUs add to the others')."""
     kept = []
     for container in containers or []:
         limits = ((container or {}).get("resources") or {}).get("limits") or {}
         gpus = limits.get(names.NVIDIA_GPU)
-        kept.append({"resources": {"limits": {names.NVIDIA_GPU: gpus}}} if gpus is not None else {})
+        slim: dict[str, Any] = {"resources": {"limits": {names.NVIDIA_GPU: gpus}}} if gpus is not None else {}
+        if (container or {}).get("restartPolicy"):
+            slim["restartPolicy"] = container["restartPolicy"]
+        kept.append(slim)
     return kept
 
 

@@ -30,3 +30,24 @@ def test_a_ledger_of_slimmed_pods_sees_what_a_ledger_of_whole_pods_sees():
     kept = slim_gpu_pod(whole_pod("w", "n1", 2))
     assert "managedFields" not in kept["metadata"] and kept["metadata"]["labels"] == {}
     assert kept["spec"]["containers"] == [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+
+
+def test_gpus_of_sidecar_init_containers_count_beside_the_containers_slimmed_or_not():
+    """A sidecar (an init container with restartPolicy Always) keeps running beside the containers, so its GPUs add
+    to theirs, as the kube-scheduler counts them; an ordinary init container's GPUs are reused by the containers."""
+    pod = whole_pod("s", "n1", 1)
+    pod["spec"]["initContainers"] = [
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "setup", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    for convert in (lambda pod: pod, slim_gpu_pod):
+        ledger = Ledger()
+        ledger.upsert_node(node("n1", gpus=8))
+        ledger.upsert_pod(convert(pod))
+        # containers 1 + sidecar 1 = 2 running together; setup ran with the sidecar: 2 + 1 = 3 at its peak
+        assert ledger.view("n1").whole_in_use == 3
+    pod["spec"]["initContainers"][1]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    for convert in (lambda pod: pod, slim_gpu_pod):
+        ledger = Ledger()
+        ledger.upsert_node(node("n1", gpus=8))
+        ledger.upsert_pod(convert(pod))
+        assert ledger.view("n1").whole_in_use == 2
