@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from binder import outcome
@@ -24,7 +23,8 @@ from binder.podslots import PodSlots
 from binder.reporter import BackgroundReporter
 from binder.reservation.waits import ReservationPending
 from binder.settings import Settings
-from binder.steps import Step
+from binder.steps import Attempt, Step
+from binder.undecided import UndecidedBindings
 from common import names
 from common.kube.cache import EventHandlers, object_key
 from common.kube.client import ApiError, FencedError, KubeClient, node_path, pod_path
@@ -36,33 +36,8 @@ from common.logs import log_context
 log = logging.getLogger("binder.controller")
 
 
-@dataclass(frozen=True)
-class UndecidedBinding:
-    """A Binding whose outcome is unknown (binder/pipeline.py BindOutcomeUnknown), waiting to be decided."""
-
-    bind_request_uid: str
-    pod_uid: str
-    decide_after: float  # time.monotonic()
-    message: str
-
-
-UNDECIDED_RETRY_S = 1.0
 # A BindRequest whose pod another BindRequest is binding looks again this often (reads only the cache).
 POD_BUSY_RETRY_S = 1.0
-
-
-class Attempt:
-    """What one reconcile found and did: filled in step by step, then reported."""
-
-    def __init__(self, key: str, bind_request: dict[str, Any]) -> None:
-        self.key = key
-        self.bind_request = bind_request
-        self.pod: dict[str, Any] | None = None
-        self.error: str | None = None
-        self.step = Step.NOT_DONE
-        self.decide_after = 0.0
-        self.unknown_message = ""
-        self.pending: ReservationPending | None = None
 
 
 class BindRequestController:
@@ -86,7 +61,7 @@ class BindRequestController:
         self.on_failure_written = on_failure_written
         self._report_client = client.background() if reporter else client
         self._first_seen: dict[str, float] = {}
-        self._undecided: dict[str, UndecidedBinding] = {}
+        self.undecided = UndecidedBindings(client)
         self.pod_slots = PodSlots()
         backoff = backoff or ExponentialBackoff(Settings.rate_limiter_base_delay_s, Settings.rate_limiter_max_delay_s)
         self.work = Controller(names.BINDREQUEST_CONTROLLER, self._timed_reconcile, backoff, workers,
@@ -131,14 +106,14 @@ class BindRequestController:
                 try:
                     return self._reconcile(key, bind_request)
                 finally:
-                    if key not in self._undecided:  # an undecided Binding may still commit: the pod stays its
+                    if key not in self.undecided:  # an undecided Binding may still commit: the pod stays its
                         self.pod_slots.release(key)
 
     def _forget(self, key: str) -> None:
         """Every memory of `key`: the BindRequest is gone or needs nothing more."""
         self.parking.release(key)
         self._first_seen.pop(key, None)
-        self._undecided.pop(key, None)
+        self.undecided.forget(key)
         self.pod_slots.release(key)
 
     def _reconcile(self, key: str, bind_request: dict[str, Any]) -> Result:
@@ -191,19 +166,8 @@ class BindRequestController:
             if not attempt.error:
                 log.info("Pod is already bound to node")
             return
-        undecided = self._undecided.get(attempt.key)
-        if undecided is not None and (undecided.bind_request_uid != st.uid(bind_request)
-                                      or undecided.pod_uid != st.uid(attempt.pod)):
-            self._undecided.pop(attempt.key, None)  # a new BindRequest or pod under the same name: start afresh
-            undecided = None
-        if undecided is not None:
-            if not self._decide(attempt, undecided):
-                return
-            # Decided: the earlier Binding never took effect, and cannot any more. The API failed, not the bind:
-            # bind again now (every step is idempotent), and count nothing (M5).
-            self._undecided.pop(attempt.key, None)
-            attempt.step, attempt.unknown_message = Step.NOT_DONE, ""
-            log.info("the earlier binding did not take effect (%s); binding again", undecided.message)
+        if attempt.key in self.undecided and not self.undecided.decided_not_bound(attempt):
+            return
         node = self._read(self.caches.nodes.get(node_name), node_path(node_name))
         if node is None:
             attempt.error, attempt.step = f'nodes "{node_name}" not found', Step.NODE_NOT_FOUND
@@ -232,41 +196,6 @@ class BindRequestController:
             elif transient_cause(failure) is not None:
                 attempt.step = Step.TRANSIENT  # the API failed, not the bind: try again, count nothing (M5)
 
-    def _decide(self, attempt: Attempt, undecided: UndecidedBinding) -> bool:
-        """An earlier Binding's outcome is unknown and the cache shows the pod unbound.
-
-        Returns True when a read made after the server-side deadline shows that Binding did not take
-        effect (the caller binds again); otherwise fills in `attempt` and returns False: still undecided
-        (wait), or decided another way (bound, pod gone).
-        """
-        pod = attempt.pod or {}
-        attempt.step, attempt.unknown_message = Step.OUTCOME_UNKNOWN, undecided.message
-        attempt.decide_after = undecided.decide_after
-        if time.monotonic() < undecided.decide_after:
-            return False
-        meta = pod.get("metadata") or {}
-        try:
-            current = self.client.get(pod_path(meta.get("namespace", ""), meta.get("name", "")))
-        except ApiError as error:
-            if not error.not_found:
-                log.warning("cannot decide the earlier binding yet: %s", error)
-                attempt.decide_after = time.monotonic() + UNDECIDED_RETRY_S
-                return False
-            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', Step.POD_NOT_FOUND
-            return False
-        if st.uid(current) != undecided.pod_uid:
-            attempt.error, attempt.step = f'pods "{meta.get("name")}" not found', Step.POD_NOT_FOUND
-            return False
-        attempt.pod = current
-        node_name = st.spec(attempt.bind_request)["selectedNode"]
-        if (current.get("spec") or {}).get("nodeName"):
-            attempt.error = st.already_bound_error(current, node_name, attempt.bind_request)
-            attempt.step = Step.BOUND_ELSEWHERE if attempt.error else Step.BOUND
-            if not attempt.error:
-                log.info("the earlier binding went through after all: the pod is bound")
-            return False
-        return True
-
     def _read(self, cached: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
         """The cached object, or on a cache miss the API server's answer (None when it does not exist).
 
@@ -287,12 +216,10 @@ class BindRequestController:
         self.parking.release(key)
         if attempt.step == Step.OUTCOME_UNKNOWN and attempt.error is None:
             # Nothing is written and no attempt counted: the outcome is not known yet (docs/decisions.md §2.3).
-            if key not in self._undecided:
-                self._undecided[key] = UndecidedBinding(st.uid(bind_request), st.uid(attempt.pod or {}),
-                                                        attempt.decide_after, attempt.unknown_message)
+            if self.undecided.remember(attempt):
                 self.metrics.bind_attempts.labels(outcome="unknown", reason=Step.OUTCOME_UNKNOWN).inc()
             return Result(requeue_after=max(0.0, attempt.decide_after - time.monotonic()))
-        self._undecided.pop(key, None)
+        self.undecided.forget(key)
         if attempt.step == Step.TRANSIENT:
             log.warning("attempt cut short by the API server (%s); retrying without counting it", attempt.error)
             self.metrics.bind_attempts.labels(outcome="transient", reason=Step.TRANSIENT).inc()

@@ -5,6 +5,9 @@ without a CHANGELOG line (dashboards and alerts select on it)."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
+
+from binder.reservation.waits import ReservationPending
 
 
 class Step(StrEnum):
@@ -28,3 +31,17 @@ class Step(StrEnum):
     RESERVATION_PENDING = "reservation_pending"  # parked until its reservation pod reports (binder/parking.py)
     OUTCOME_UNKNOWN = "outcome_unknown"  # a Binding whose answer was lost, decided later (docs/decisions.md §2.3)
     TRANSIENT = "api_unavailable"  # the API server failed, not the bind (M5)
+
+
+class Attempt:
+    """What one reconcile found and did: filled in step by step, then reported."""
+
+    def __init__(self, key: str, bind_request: dict[str, Any]) -> None:
+        self.key = key
+        self.bind_request = bind_request
+        self.pod: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.step = Step.NOT_DONE
+        self.decide_after = 0.0
+        self.unknown_message = ""
+        self.pending: ReservationPending | None = None

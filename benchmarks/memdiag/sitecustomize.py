@@ -78,7 +78,7 @@ if os.environ.get("FRACGPU_MEMDIAG"):
         out = {"pods": len(app.caches.pods), "bindrequests": len(app.caches.bindrequests),
                "nodes": len(app.caches.nodes), "queue": app.queue.pending(), "group_queue": app.group_queue.pending(),
                "reports": app.reporter.pending(), "events_queued": app.record_event._queue.qsize(),
-               "first_seen": len(app.controller._first_seen), "undecided": len(app.controller._undecided),
+               "first_seen": len(app.controller._first_seen), "undecided": len(app.controller.undecided),
                "threads": threading.active_count()}
         for name, queue in (("queue", app.queue), ("group_queue", app.group_queue)):
             out[f"{name}_backoff"] = len(queue.backoff._failures)
