@@ -63,6 +63,8 @@ class WebhookApp:
             runtime_class_name=settings.runtime_class_name,
             gpu_sharing_mode=settings.gpu_sharing_mode,
             binder_service_account_username=settings.binder_service_account_username,
+            kai_contract=settings.kai_contract,
+            nri_plugin_enabled=settings.nri_plugin_enabled,
         )
         self.plugins = plugins
         self.handlers = {MUTATE_PATH: review.mutate, VALIDATE_PATH: review.validate}

@@ -55,6 +55,8 @@ class Settings:
     hami_core_enabled: bool = False
     gpu_sharing_mode: str = names.SHARING_DISABLED
     binder_service_account_username: str = DEFAULT_BINDER_USERNAME
+    kai_contract: str = names.KAI_CONTRACT_V018
+    nri_plugin_enabled: bool = False
     # Boolean flags given on the command line that the GPU sharing mode overrode (each is logged at start-up).
     ignored_flags: tuple[str, ...] = ()
     block_nvidia_visible_devices: bool = False
@@ -97,6 +99,14 @@ def _parser() -> Parser:
                         help="the only user that may set NvFractions .gpus.devices annotations (the binder's "
                              "ServiceAccount, system:serviceaccount:<namespace>:<name>)")
     add_bool_flag(parser, "--block-nvidia-visible-devices", False, "enable the deviceaccess plugin")
+    parser.add_argument("--kai-contract", choices=names.KAI_CONTRACTS, default=names.KAI_CONTRACT_V018,
+                        help="the KAI scheduler the ConfigMap modes answer to: v0.18 (KAI v0.18.3's request rules, "
+                             "gpu-memory also written as an NvFractions request) or v0.17 (a cluster whose scheduler "
+                             "does not read NvFractions annotations; the binder takes the same setting)")
+    # KAI v0.18.3's admission has this setting (nriPluginEnabled); the flag's name could not be read, this one is ours.
+    add_bool_flag(parser, "--nri-plugin-enabled", False,
+                  "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no "
+                  "NVIDIA_VISIBLE_DEVICES env and, unless a runtime class is given, no runtime class")
     parser.add_argument("--gpu-fraction-runtime-class-name", default=None,
                         help='runtime class for fraction pods (default "nvidia"; "" disables)')
     parser.add_argument("--gpu-pod-runtime-class-name", default=None,
@@ -182,7 +192,8 @@ def _build(args: argparse.Namespace) -> Settings:
     if runtime_class is None:
         runtime_class = args.gpu_pod_runtime_class_name
     if runtime_class is None:
-        runtime_class = names.DEFAULT_RUNTIME_CLASS
+        # With NRI the nvidia RuntimeClass does not exist (the GPU Operator removes it in that mode).
+        runtime_class = "" if args.nri_plugin_enabled else names.DEFAULT_RUNTIME_CLASS
     sharing = resolve_gpu_sharing_mode(args.gpu_sharing_mode, args.gpu_sharing_enabled, args.hami_core_enabled,
                                        args.nv_fractions_enabled)
     return Settings(
@@ -191,6 +202,8 @@ def _build(args: argparse.Namespace) -> Settings:
         hami_core_enabled=sharing.hami_core_enabled,
         gpu_sharing_mode=sharing.mode,
         binder_service_account_username=args.binder_service_account_username,
+        kai_contract=args.kai_contract,
+        nri_plugin_enabled=args.nri_plugin_enabled,
         ignored_flags=sharing.ignored_flags,
         block_nvidia_visible_devices=args.block_nvidia_visible_devices,
         runtime_class_name=runtime_class,

@@ -1,6 +1,7 @@
 """Admission plugins, registered in the order they run: gpusharing, hamicore, deviceaccess, runtimeenforcement.
 hamicore reads the ConfigMap annotation gpusharing writes in the same pass. In the NvFractions mode nvfractions
-runs instead of gpusharing and hamicore, and deviceaccess and runtimeenforcement read requests as KAI v0.18 does."""
+runs instead of gpusharing and hamicore. Every plugin reads requests as KAI v0.18.3 does, unless `--kai-contract v0.17`
+keeps the ConfigMap modes at v0.17's rules (admission/plugins/requestrules.py)."""
 
 from __future__ import annotations
 
@@ -23,19 +24,23 @@ def build_plugins(
     runtime_class_name: str,
     gpu_sharing_mode: str | None = None,
     binder_service_account_username: str = "",
+    kai_contract: str = names.KAI_CONTRACT_V018,
+    nri_plugin_enabled: bool = False,
 ) -> list[AdmissionPlugin]:
     """The plugins of a mode. Only NvFractions is read from `gpu_sharing_mode`: the other modes are the two
-    booleans (admission/settings.py resolves a mode into them), so they build exactly what they did before v0.18."""
+    booleans (admission/settings.py resolves a mode into them). `kai_contract` v0.17 keeps the ConfigMap modes'
+    plugins at v0.17's rules; NvFractions is a v0.18 mode and always reads v0.18's."""
     nv_fractions = gpu_sharing_mode == names.SHARING_NV_FRACTIONS
+    v018_rules = nv_fractions or kai_contract != names.KAI_CONTRACT_V017
     plugins: list[AdmissionPlugin] = []
     if nv_fractions:
         plugins.append(NvFractions(binder_service_account_username))
     else:
-        plugins.append(GpuSharing(gpu_sharing_enabled))
+        plugins.append(GpuSharing(gpu_sharing_enabled, kai_contract, nri_plugin_enabled))
         if hami_core_enabled:
-            plugins.append(HamiCore())
+            plugins.append(HamiCore(v018_rules))
     if block_nvidia_visible_devices:
-        plugins.append(DeviceAccess(nv_fractions))
+        plugins.append(DeviceAccess(v018_rules))
     if runtime_class_name:
-        plugins.append(RuntimeEnforcement(runtime_class_name, nv_fractions))
+        plugins.append(RuntimeEnforcement(runtime_class_name, v018_rules))
     return plugins

@@ -10,31 +10,26 @@ from collections.abc import Iterator
 from typing import Any
 
 from admission.plugins.base import Denied, Pod
-from common import fraction_request, names
-from common.fraction import (
-    ContainerRef,
-    FractionContainerNotFound,
-    fraction_container_ref,
-    is_fraction_pod,
-)
+from admission.plugins.requestrules import ContainerRefError, fraction_container, requests_fraction
+from common import names
+from common.fraction import ContainerRef
 from common.quantity import is_nonzero_quantity
 
 _ALLOWED_VALUES = ("void", "none")
 
 
-def _exempt_container(pod: Pod, nv_fractions: bool) -> ContainerRef | None:
-    requests_fraction = fraction_request.requests_gpu_fraction if nv_fractions else is_fraction_pod
-    if not requests_fraction(pod) or not (pod.get("spec") or {}).get("containers"):
+def _exempt_container(pod: Pod, v018_rules: bool) -> ContainerRef | None:
+    if not requests_fraction(pod, v018_rules) or not (pod.get("spec") or {}).get("containers"):
         return None
     try:
-        return fraction_request.fraction_container_ref(pod) if nv_fractions else fraction_container_ref(pod)
-    except (FractionContainerNotFound, fraction_request.FractionRequestError) as error:
+        return fraction_container(pod, v018_rules)
+    except ContainerRefError as error:
         raise Denied(f"failed to get fraction container ref: {error}") from None
 
 
-def _checked_containers(pod: Pod, nv_fractions: bool) -> Iterator[dict[str, Any]]:
+def _checked_containers(pod: Pod, v018_rules: bool) -> Iterator[dict[str, Any]]:
     """Init containers, then regular ones, without the fraction container."""
-    exempt = _exempt_container(pod, nv_fractions)
+    exempt = _exempt_container(pod, v018_rules)
     spec = pod.get("spec") or {}
     for init, key in ((True, "initContainers"), (False, "containers")):
         for index, container in enumerate(spec.get(key) or []):
@@ -55,12 +50,12 @@ def _requests_gpu(container: dict[str, Any]) -> bool:
 class DeviceAccess:
     name = "deviceaccess"
 
-    def __init__(self, nv_fractions: bool = False) -> None:
+    def __init__(self, v018_rules: bool = False) -> None:
         # NvFractions mode: the fraction container is found by KAI v0.18's rules (common/fraction_request.py).
-        self.nv_fractions = nv_fractions
+        self.v018_rules = v018_rules
 
     def validate(self, pod: Pod) -> None:
-        for container in _checked_containers(pod, self.nv_fractions):
+        for container in _checked_containers(pod, self.v018_rules):
             for env in container.get("env") or []:
                 if env.get("name") != names.NVIDIA_VISIBLE_DEVICES:
                     continue
@@ -80,7 +75,7 @@ class DeviceAccess:
                     )
 
     def mutate(self, pod: Pod) -> None:
-        for container in list(_checked_containers(pod, self.nv_fractions)):
+        for container in list(_checked_containers(pod, self.v018_rules)):
             if _requests_gpu(container):
                 continue
             env = container.get("env") or []

@@ -20,17 +20,14 @@ from admission.plugins.base import AdmissionRequest, Denied, Pod
 from common import names
 from common.fraction_request import (
     FractionRequestError,
-    annotation_key,
     annotations_of,
     devices_annotation_container,
     fraction_container_ref,
+    gpu_memory_request_annotation,
     is_devices_annotation,
     requests_gpu_fraction,
     validate_request,
 )
-from common.gotext import parse_uint_error
-from common.gpu_request import parse_go_uint
-from common.kube_quantity import mebibytes
 
 _CREATE = AdmissionRequest()
 
@@ -94,12 +91,10 @@ class NvFractions:
             ref = fraction_container_ref(pod)
         except FractionRequestError as error:
             raise Denied(f"failed to get fraction container ref: {error}") from None
-        annotations = annotations_of(pod)
-        if names.GPU_MEMORY not in annotations:
-            return
-        value = annotations[names.GPU_MEMORY]
-        mib = parse_go_uint(value)
-        if mib is None:
-            raise Denied(f"failed to parse gpu memory annotation value: {parse_uint_error(value)}")
-        container = ref.container(pod).get("name") or ""
-        annotations[annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX)] = str(mebibytes(mib))
+        try:
+            request = gpu_memory_request_annotation(pod, ref.container(pod).get("name") or "")
+        except FractionRequestError as error:
+            raise Denied(str(error)) from None
+        if request is not None:
+            key, value = request
+            annotations_of(pod)[key] = value

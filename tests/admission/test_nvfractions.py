@@ -205,7 +205,7 @@ def test_nvfractions_runs_instead_of_gpusharing_and_hamicore():
 
 def test_in_nvfractions_mode_an_nvfractions_request_alone_gets_the_runtime_class():
     nv_only = pod({REQUEST.format("container-0"): "2Gi"})
-    RuntimeEnforcement("nvidia", nv_fractions=True).mutate(nv_only)
+    RuntimeEnforcement("nvidia", v018_rules=True).mutate(nv_only)
     assert nv_only["spec"]["runtimeClassName"] == "nvidia"
     before_v018 = pod({REQUEST.format("container-0"): "2Gi"})
     RuntimeEnforcement("nvidia").mutate(before_v018)
@@ -214,12 +214,12 @@ def test_in_nvfractions_mode_an_nvfractions_request_alone_gets_the_runtime_class
 
 def test_in_nvfractions_mode_deviceaccess_spares_the_container_the_annotations_name():
     sharing = pod({REQUEST.format("container-1"): "2Gi"}, containers=("container-0", "container-1"))
-    DeviceAccess(nv_fractions=True).mutate(sharing)
+    DeviceAccess(v018_rules=True).mutate(sharing)
     first, second = sharing["spec"]["containers"]
     assert first["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     assert "env" not in second
     broken = pod({REQUEST.format("container-0"): "2Gi", "gpu-fraction-container-name": "container-1"})
-    assert denial(DeviceAccess(nv_fractions=True).mutate, broken) == (
+    assert denial(DeviceAccess(v018_rules=True).mutate, broken) == (
         "failed to get fraction container ref: gpu-fraction-container-name annotation value container-1 does not "
         "match container name container-0")
 

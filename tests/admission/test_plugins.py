@@ -128,8 +128,12 @@ def test_gpusharing_leaves_non_fraction_pods_and_podless_containers_alone():
 def test_gpusharing_memory_request_is_a_fraction_pod_even_empty():
     pod = fraction_pod()
     pod["metadata"]["annotations"] = {"gpu-memory": ""}
-    GpuSharing(True).mutate(pod)
+    GpuSharing(True, "v0.17").mutate(pod)
     assert "runai/shared-gpu-configmap" in pod["metadata"]["annotations"]
+    # v0.18.3 reads the empty gpu-memory as a number to make its NvFractions request, and refuses it.
+    with pytest.raises(Denied, match='^failed to parse gpu memory annotation value: strconv.ParseUint: parsing "": '
+                                     'invalid syntax$'):
+        GpuSharing(True).mutate(fraction_pod(annotations={"gpu-memory": ""}))
 
 
 def test_gpusharing_validate_sharing_disabled_message():
