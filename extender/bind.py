@@ -86,7 +86,17 @@ class ApiBindRequests:
         try:
             return self.client.create(bindrequest_path(namespace), manifest) or manifest
         except ApiError as error:
-            if not error.already_exists:
+            if error.outcome_unknown:
+                # The answer was lost (a connection cut, a timeout, a 5xx): the write may have committed. If what
+                # is there is what it wrote, bind waits on it; anything else is judged as an AlreadyExists is.
+                existing = self.client.get_or_none(bindrequest_path(namespace, name))
+                if existing is None:
+                    raise
+                if owner_pod_uid(existing) == owner_pod_uid(manifest) and existing.get("spec") == manifest["spec"]:
+                    log.info("the BindRequest was written though its answer was lost", extra={
+                        "pod": name, "namespace": namespace, "fields": {"error": str(error)}})
+                    return existing
+            elif not error.already_exists:
                 raise
         existing = self.client.get(bindrequest_path(namespace, name))
         # Without an owner reference nothing tells whose it is, so the binder may be acting on it for this pod.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,16 +13,22 @@ from common.kube.cache import Informer
 from common.kube.client import KubeClient, bindrequest_path
 from extender.bind import ApiBindRequests, Waiters
 from extender.verbs import StandingBindRequest
+from testbed.proxies.faultproxy import HttpFaultProxy
 
 pytestmark = pytest.mark.apiserver
 
 
+def api_bind_requests(kubeconfig: Path | str) -> ApiBindRequests:
+    client = KubeClient.from_kubeconfig(str(kubeconfig), qps=0, burst=1)
+    return ApiBindRequests(client, Informer(client, "/api/v1/pods", "pods"),
+                           Informer(client, bindrequest_path(), "bindrequests"), Waiters())
+
+
 @pytest.fixture
 def binds(control_plane: Any, stock_crds: None) -> Iterator[ApiBindRequests]:
-    client = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
-    yield ApiBindRequests(client, Informer(client, "/api/v1/pods", "pods"),
-                          Informer(client, bindrequest_path(), "bindrequests"), Waiters())
-    client.close()
+    made = api_bind_requests(control_plane.admin_kubeconfig)
+    yield made
+    made.client.close()
 
 
 def written_for(namespace: str, uid: str) -> dict[str, Any]:
@@ -45,3 +52,19 @@ def test_a_bind_request_of_a_replaced_pod_is_replaced(binds, namespace):
     created = binds.create(written_for(namespace, "uid-of-the-pod-now"))
     assert created["metadata"]["uid"] != existing["metadata"]["uid"]
     assert bindrequest.owner_pod_uid(created) == "uid-of-the-pod-now"
+
+
+def test_a_create_whose_answer_was_lost_gets_the_bind_request_it_wrote(control_plane, stock_crds, namespace, tmp_path):
+    """The write committed and the answer never came: bind waits on what it wrote (counted, the pod's placement)
+    instead of failing with a BindRequest nobody counts until the cache shows it."""
+    proxy = HttpFaultProxy(control_plane.url, control_plane.ca_file, control_plane.admin.token).start()
+    try:
+        lost = proxy.drop_answer("POST", f"{bindrequest_path(namespace)}$")
+        binds = api_bind_requests(proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig"))
+        created = binds.create(written_for(namespace, "uid-of-the-pod"))
+        stored = binds.client.get(bindrequest_path(namespace, "p"))
+        assert created["metadata"]["uid"] == stored["metadata"]["uid"]
+        assert lost.hits == 1
+        binds.client.close()
+    finally:
+        proxy.stop()
