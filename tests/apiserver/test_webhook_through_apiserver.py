@@ -83,11 +83,23 @@ def test_fraction_pod_comes_back_mutated(kube_session, webhook):
 def test_invalid_pod_rejected_with_the_exact_message(kube_session, webhook):
     _, namespace = webhook
     answer = kube_session.post(f"/api/v1/namespaces/{namespace}/pods",
-                               json=pod_manifest("bad", annotations={"gpu-fraction": "0x1p-1"}))
+                               json=pod_manifest("bad", annotations={"gpu-fraction": "0.5",
+                                                                     "gpu-fraction.limit": "0.25"}))
     assert answer.status_code == 403, answer.text
     assert answer.json()["message"].endswith(
-        "denied the request: gpu-fraction annotation value must be a float written with a decimal point or a "
-        "scientific notation .given value: 0x1p-1")
+        "denied the request: gpu-fraction.limit annotation value (0.25) must be greater than gpu-fraction annotation "
+        "value (0.5)")
+
+
+def test_gpu_memory_pod_comes_back_with_its_nvfractions_request(kube_session, webhook):
+    # KAI v0.18.3's gpusharing writes the memory a ConfigMap-mode pod asks for as an NvFractions request too.
+    _, namespace = webhook
+    created = kube_session.post(f"/api/v1/namespaces/{namespace}/pods",
+                                json=pod_manifest("mem", annotations={"gpu-memory": "4096"}))
+    assert created.status_code == 201, created.text
+    annotations = created.json()["metadata"]["annotations"]
+    assert annotations["nvidia.com/container.main.gpu-memory.request"] == "4Gi"
+    assert annotations["gpu-memory"] == "4096" and "runai/shared-gpu-configmap" in annotations
 
 
 def test_pod_of_another_scheduler_is_untouched(kube_session, webhook):
