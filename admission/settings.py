@@ -102,7 +102,7 @@ def _parser() -> Parser:
     parser.add_argument("--kai-contract", choices=names.KAI_CONTRACTS, default=names.KAI_CONTRACT_V018,
                         help="the KAI scheduler the ConfigMap modes answer to: v0.18 (KAI v0.18.3's request rules, "
                              "gpu-memory also written as an NvFractions request) or v0.17 (a cluster whose scheduler "
-                             "does not read NvFractions annotations; the binder takes the same setting)")
+                             "does not read NvFractions annotations)")
     # KAI v0.18.3's admission has this setting (nriPluginEnabled); the flag's name could not be read, this one is ours.
     add_bool_flag(parser, "--nri-plugin-enabled", False,
                   "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no "
