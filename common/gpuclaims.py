@@ -233,12 +233,17 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         # tell, and a Succeeded one is taken as done.
         if phase == names.PHASE_SUCCEEDED and not owner:
             return None
-    elif (owner and pod.uid and owner != pod.uid) or pod.ended or pod.node:
-        return None  # made for a pod since replaced; or the pod is over; or bound, and counted from itself
+    elif (owner and pod.uid and owner != pod.uid) or pod.ended:
+        return None  # made for a pod since replaced; or the pod is over
     spec = bind_request.get("spec") or {}
     node = spec.get("selectedNode")
     if not node:
         return None
+    if pod is not None and pod.node:
+        # Bound: counted from itself. A Fraction one that Succeeded there also keeps its decided portion counted
+        # (the larger share of a member counts): the pod's gpu-fraction annotation can be edited while it runs.
+        if pod.node != node or phase != names.PHASE_SUCCEEDED or not bindrequest.is_fraction(bind_request):
+            return None
     member = bind_request_member(bind_request)
     received = spec.get("receivedGPU") or {}
     if not bindrequest.is_fraction(bind_request):
@@ -247,6 +252,8 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         return (node, Claim(member, whole=whole)) if whole else None
     portion = parse_go_float(str(received.get("portion", "")))
     known = portion is not None and portion > 0
+    if not known and pod is not None and pod.node:
+        return None  # nothing decided to read: the bound pod's own claim stands alone
     share = to_hundredths(portion) if known else FULL
     modes = bind_request_modes(bind_request)
     return (node, Claim(member, groups=dict.fromkeys(modes, share), modes=modes, guessed=not known)) if modes else None

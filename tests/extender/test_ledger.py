@@ -315,3 +315,20 @@ class NeverOverCommitted(RuleBasedStateMachine):
 
 NeverOverCommitted.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_no_gpu_is_ever_over_committed = NeverOverCommitted.TestCase
+
+
+def test_a_bound_pod_holds_the_share_decided_for_it_whatever_its_annotation_says_since():
+    """Annotations of a running pod can be changed; what the binder gave it is its Succeeded BindRequest's portion."""
+    ledger = Ledger()
+    ledger.upsert_node(node("n1", gpus=1))
+    ledger.upsert_pod(reservation_pod("g", "n1"))
+    bound = fraction_pod("p", "n1", ["g"], annotations={"gpu-fraction": "0.5"})
+    bound["metadata"]["uid"] = "uid-p"
+    ledger.upsert_bind_request(bind_request("p", "n1", ["g"], portion="0.50", phase="Succeeded", owner="uid-p"))
+    ledger.upsert_pod(bound)
+    edited = fraction_pod("p", "n1", ["g"], annotations={"gpu-fraction": "0.1"})
+    edited["metadata"]["uid"] = "uid-p"
+    ledger.upsert_pod(edited)
+    assert ledger.view("n1").groups == {"g": 50}
+    ledger.upsert_pod({**edited, "status": {"phase": "Succeeded"}})
+    assert ledger.view("n1").groups == {"g": 0}, "an ended pod holds nothing, whatever its BindRequest says"
