@@ -261,14 +261,7 @@ class Workload:
         self.retired += 1
 
     def _delete(self, path: str, uid: str | None) -> None:
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        try:
-            self.client.delete(path, body=body)
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        self.client.delete_exact(path, uid)
 
     # ------------------------------------------------------------------ census (from the informers)
     def census(self) -> tuple[int, int, int]:

@@ -180,15 +180,9 @@ class ReservationService:
     def _delete_pod(self, pod: Obj, *, grace_zero: bool) -> None:
         """Delete exactly this pod (uid precondition); already gone or replaced is fine."""
         meta = _meta(pod)
-        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
-        if grace_zero:
-            options["gracePeriodSeconds"] = 0
         self._remember_deleted(meta.get("uid"))
-        try:
-            self.client.delete(pod_path(meta.get("namespace", ""), meta.get("name", "")), body=options)
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        self.client.delete_exact(pod_path(meta.get("namespace", ""), meta.get("name", "")), meta.get("uid"),
+                                 grace_seconds=0 if grace_zero else None)
 
     def _remember_deleted(self, uid: str | None) -> None:
         now = time.monotonic()
@@ -355,12 +349,9 @@ class ReservationService:
         if wait.uid:
             self._remember_deleted(wait.uid)
             try:
-                self.client.delete(pod_path(ns, name), body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                                             "gracePeriodSeconds": 0,
-                                                             "preconditions": {"uid": wait.uid}})
+                self.client.delete_exact(pod_path(ns, name), wait.uid, grace_seconds=0)
             except ApiError as error:
-                if not (error.not_found or error.conflict):
-                    log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
+                log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
         message = f"failed waiting for GPU reservation pod to allocate: {ns}/{name}"
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
 

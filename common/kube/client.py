@@ -345,6 +345,22 @@ class KubeClient:
     def delete(self, path: str, params: dict | None = None, body: dict | None = None) -> dict | None:
         return self.request("DELETE", path, params=params, body=body)
 
+    def delete_exact(self, path: str, uid: str | None, *, grace_seconds: int | None = None) -> bool:
+        """DELETE exactly the object of this uid (a precondition), never another one created since under its name;
+        no uid: whatever is there. False when it is already gone or was replaced; any other error raises."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        try:
+            self.delete(path, body=options)
+        except ApiError as error:
+            if error.not_found or error.conflict:
+                return False
+            raise
+        return True
+
     def list_all(self, path: str, params: dict | None = None, page_size: int = 500,
                  transform: Callable[[dict], dict] | None = None) -> dict:
         """LIST with pagination; returns one list object whose `items` hold every page, each item passed

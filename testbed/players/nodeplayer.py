@@ -205,9 +205,7 @@ class NodePlayer:
             if self._paused:
                 return False
             if self._capacity(node) is not None:
-                self.client.delete(pod_path(meta["namespace"], meta["name"]), body={
-                    "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                    "preconditions": {"uid": uid}})
+                self.client.delete_exact(pod_path(meta["namespace"], meta["name"]), uid, grace_seconds=0)
             self._forget(uid)
             return True
         if uid in self._served:

@@ -105,13 +105,7 @@ class SchedulerSimulator(BackgroundPoller):
 
     def _delete(self, bind_request: dict[str, Any]) -> None:
         meta = bind_request["metadata"]
-        try:
-            self.client.delete(bindrequest_path(self.namespace, meta["name"]),
-                               body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                     "preconditions": {"uid": meta["uid"]}})
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        if not self.client.delete_exact(bindrequest_path(self.namespace, meta["name"]), meta["uid"]):
             return
         self.deleted.append(meta["name"])
         if failed_for_good(bind_request):
