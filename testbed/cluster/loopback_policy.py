@@ -13,6 +13,9 @@ ValidatingAdmissionPolicy, GA since Kubernetes 1.30):
 * a webhook whose `clientConfig` names a `service`;
 * a webhook whose `clientConfig.url` has a host other than 127.0.0.1, localhost or ::1.
 
+In in-cluster mode (testbed/realnodes/incluster.py) the policy is replaced by its variant that admits Service
+references, once testbed/cluster/endpoint_policy.py keeps every Service's endpoints on this machine.
+
 Policies are enforced only once kube-apiserver's policy informer has loaded them, a moment after the create
 returns. `install` therefore probes with a dry-run create of a configuration naming a Service until it is refused
 with our message; the probe stores nothing.
@@ -41,11 +44,29 @@ def _cel_list(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{value}'" for value in values) + "]"
 
 
-def policy() -> dict[str, Any]:
+def policy(services_allowed: bool = False) -> dict[str, Any]:
+    """The policy; with services_allowed (in-cluster mode) a webhook may name a Service, and only urls are checked."""
     webhooks = "(has(object.webhooks) ? object.webhooks : [])"
     service = f"{webhooks}.filter(w, has(w.clientConfig.service))"
     remote = (f"{webhooks}.filter(w, has(w.clientConfig.url) && "
               f"!(url(w.clientConfig.url).getHostname() in {_cel_list(LOOPBACK_HOSTS)}))")
+    no_service = {
+        "expression": f"{service}.size() == 0",
+        "messageExpression": (
+            f"'{MESSAGE_MARK}: webhook ' + {service}[0].name + ' of ' + object.metadata.name + "
+            "' names Service ' + "
+            f"{service}[0].clientConfig.service.namespace + '/' + "
+            f"{service}[0].clientConfig.service.name + "
+            "', whose cluster IP is outside this machine; give it a loopback url with "
+            f"{REWRITE}'"),
+    }
+    loopback_url = {
+        "expression": f"{remote}.size() == 0",
+        "messageExpression": (
+            f"'{MESSAGE_MARK}: webhook ' + {remote}[0].name + ' of ' + object.metadata.name + "
+            f"' calls ' + {remote}[0].clientConfig.url + ', not a loopback address; use "
+            f"{REWRITE}'"),
+    }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -57,35 +78,17 @@ def policy() -> dict[str, Any]:
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
             }]},
-            "validations": [
-                {
-                    "expression": f"{service}.size() == 0",
-                    "messageExpression": (
-                        f"'{MESSAGE_MARK}: webhook ' + {service}[0].name + ' of ' + object.metadata.name + "
-                        "' names Service ' + "
-                        f"{service}[0].clientConfig.service.namespace + '/' + "
-                        f"{service}[0].clientConfig.service.name + "
-                        "', whose cluster IP is outside this machine; give it a loopback url with "
-                        f"{REWRITE}'"),
-                },
-                {
-                    "expression": f"{remote}.size() == 0",
-                    "messageExpression": (
-                        f"'{MESSAGE_MARK}: webhook ' + {remote}[0].name + ' of ' + object.metadata.name + "
-                        f"' calls ' + {remote}[0].clientConfig.url + ', not a loopback address; use "
-                        f"{REWRITE}'"),
-                },
-            ],
+            "validations": [loopback_url] if services_allowed else [no_service, loopback_url],
         },
     }
 
 
-def binding() -> dict[str, Any]:
+def binding(name: str = POLICY_NAME) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
 
 

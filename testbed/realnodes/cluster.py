@@ -20,6 +20,7 @@ import requests
 import yaml
 
 from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.endpoint_policy import allow_webhook_services
 from testbed.programs.procs import free_ports, spawn, terminate
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
 from testbed.realnodes.images import Image, build_all
@@ -107,6 +108,8 @@ class RealCluster:
             controllers, extra_args=[f"--root-ca-file={self.control_plane.ca_file}"])
         if self.in_cluster:
             self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout)
+            with self.session() as session:  # webhooks by Service, whose endpoints can only be on this machine
+                allow_webhook_services(session, self.plane.url, (POD_CIDR, f"{API_ADDRESS}/32"))
         with self.session() as session:
             response = session.post(f"{self.plane.url}/apis/node.k8s.io/v1/runtimeclasses", timeout=30, json={
                 "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from testbed.cluster import endpoint_policy, loopback_policy
 from testbed.cluster.kube import api_client, create_namespace, delete_namespace, wait_for
 from testbed.images import image_names
 from testbed.realnodes.cluster import RealCluster
@@ -111,6 +112,9 @@ def test_a_deployment_rolls_out_and_its_service_gets_the_ready_endpoint(api: cli
                          ready_endpoints(), timeout=60, interval=1)
     pod_ips = {pod.status.pod_ip for pod in core.list_namespaced_pod(namespace, label_selector="app=web").items}
     assert set(addresses) == pod_ips
+    refused = [event.message for event in core.list_namespaced_event(namespace).items
+               if event.reason == "FailedToUpdateEndpointSlices"]
+    assert not refused, refused  # the endpoint policy admits what the controller writes, empty slices included
     print(f"Deployment available with its endpoints in {time.monotonic() - started:.1f} s")
 
 
@@ -128,3 +132,31 @@ def test_an_image_no_node_has_fails_its_pull_at_once_naming_it(api: client.ApiCl
     [event, *_] = wait_for("the kubelet's Failed pull event", pull_failed, timeout=30, interval=0.5)
     assert NO_REGISTRY_PROXY.removeprefix("http://") in event.message, event.message
     print(f"pull refused in {time.monotonic() - started:.1f} s: {event.message}")
+
+
+def test_webhooks_may_name_a_service_whose_endpoints_can_only_be_on_this_machine(
+        real_cluster: RealCluster, namespace: str) -> None:
+    """Aggregator routing dials a webhook Service's endpoint: the loopback policy admits Service references, and the
+    endpoint policy keeps every address a Service can have on the pod network or the apiserver (dry runs only)."""
+    base = real_cluster.plane.url
+    with real_cluster.session() as session:
+        def dry_run(path: str, body: dict[str, Any]) -> Any:
+            return session.post(f"{base}{path}", params={"dryRun": "All"}, json=body, timeout=10)
+
+        admitted = dry_run(f"{loopback_policy.API}/validatingwebhookconfigurations",
+                           loopback_policy.probe_configuration())
+        assert admitted.ok, admitted.text
+        off_machine = dry_run("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                              endpoint_policy.probe_slice())
+        empty = {**endpoint_policy.probe_slice(), "endpoints": None}  # as the controller writes it before any pod
+        no_pods_yet = dry_run("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", empty)
+        assert no_pods_yet.ok, no_pods_yet.text
+        external = dry_run(f"/api/v1/namespaces/{namespace}/services", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "out"},
+            "spec": {"type": "ExternalName", "externalName": "registry.invalid"}})
+        remote_url = loopback_policy.probe_configuration()
+        remote_url["webhooks"][0]["clientConfig"] = {"url": f"https://{endpoint_policy.OFF_MACHINE}/validate"}
+        remote = dry_run(f"{loopback_policy.API}/validatingwebhookconfigurations", remote_url)
+    for refused in (off_machine, external):
+        assert refused.status_code == 422 and endpoint_policy.MESSAGE_MARK in refused.text, refused.text
+    assert remote.status_code == 422 and loopback_policy.MESSAGE_MARK in remote.text, remote.text
