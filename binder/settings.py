@@ -94,6 +94,9 @@ def _parser() -> Parser:
     p.add_argument("--resource-reservation-pod-image", default=DEFAULT_POD_IMAGE,
                    help="image of reservation pods (set it to the fracgpu image)")
     p.add_argument("--resource-reservation-app-label", default=DEFAULT_APP_LABEL, help="app label of reservation pods")
+    p.add_argument("--resource-reservation-priority-class-name", default="",
+                   help="priorityClassName of reservation pods (unset: none, as KAI; the manifests set "
+                        "fracgpu-reservation so that no workload preempts them)")
     p.add_argument("--resource-reservation-allocation-timeout", type=at_least(1, int),
                    default=DEFAULT_ALLOCATION_TIMEOUT_S, help="seconds to wait for a reservation pod's GPU id")
     p.add_argument("--resource-reservation-pod-resources", type=_json_object_flag, default=None,
@@ -189,6 +192,7 @@ def _build(args: argparse.Namespace) -> Settings:
         namespace=args.resource_reservation_namespace,
         service_account=args.resource_reservation_service_account,
         pod_image=args.resource_reservation_pod_image,
+        priority_class_name=args.resource_reservation_priority_class_name,
         app_label=args.resource_reservation_app_label,
         allocation_timeout_s=args.resource_reservation_allocation_timeout,
         pod_resources=args.resource_reservation_pod_resources,

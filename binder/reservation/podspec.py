@@ -51,6 +51,8 @@ def build_reservation_pod(
         spec["tolerations"] = copy.deepcopy(tolerations)
     if settings.runtime_class_name:
         spec["runtimeClassName"] = settings.runtime_class_name
+    if settings.priority_class_name:
+        spec["priorityClassName"] = settings.priority_class_name  # no workload preempts it under its group
     if settings.pod_security_context is not None:
         spec["securityContext"] = copy.deepcopy(settings.pod_security_context)
 

@@ -23,6 +23,7 @@ class ReservationSettings:
     service_account               --resource-reservation-service-account
     pod_image                     --resource-reservation-pod-image
     app_label                     --resource-reservation-app-label
+    priority_class_name           --resource-reservation-priority-class-name ("" = unset; not a KAI flag)
     allocation_timeout_s          --resource-reservation-allocation-timeout (seconds)
     pod_resources                 --resource-reservation-pod-resources (decoded JSON or None)
     pod_security_context          --resource-reservation-pod-security-context (decoded JSON or None)
@@ -36,6 +37,7 @@ class ReservationSettings:
     service_account: str = DEFAULT_SERVICE_ACCOUNT
     pod_image: str = DEFAULT_POD_IMAGE
     app_label: str = DEFAULT_APP_LABEL
+    priority_class_name: str = ""
     allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
     pod_resources: dict[str, Any] | None = None
     pod_security_context: dict[str, Any] | None = None

@@ -60,6 +60,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
                                        False),
     "ResourceQuota": ("/api/v1", "resourcequotas", True),
+    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
     "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
@@ -68,10 +69,10 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
-APPLY_ORDER = ["Namespace", "ResourceQuota", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-               "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap", "Service", "Deployment", "Job",
-               "CronJob", "PodDisruptionBudget", "Issuer", "Certificate", "MutatingWebhookConfiguration",
-               "ValidatingWebhookConfiguration"]
+APPLY_ORDER = ["Namespace", "ResourceQuota", "PriorityClass", "CustomResourceDefinition", "ServiceAccount",
+               "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap", "Service",
+               "Deployment", "Job", "CronJob", "PodDisruptionBudget", "Issuer", "Certificate",
+               "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 
 
 class RenderError(ValueError):

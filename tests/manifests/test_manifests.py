@@ -39,7 +39,7 @@ SHARED_PIECES = {("Namespace", "kai-resource-reservation"),
                  ("CustomResourceDefinition", "bindrequests.scheduling.run.ai"),
                  ("ServiceAccount", "kai-resource-reservation"), ("Role", "kai-resource-reservation"),
                  ("RoleBinding", "kai-resource-reservation"), ("Role", "fracgpu-binder-reservations"),
-                 ("RoleBinding", "fracgpu-binder-reservations")}
+                 ("RoleBinding", "fracgpu-binder-reservations"), ("PriorityClass", "fracgpu-reservation")}
 KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
         "kustomize.toolkit.fluxcd.io/prune": "disabled"}
 
