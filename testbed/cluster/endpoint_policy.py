@@ -45,26 +45,14 @@ def policy(cidrs: tuple[str, ...]) -> dict[str, Any]:
     endpoints_ok = f"{resource} != 'endpoints' || {subsets}.all(s, ({addresses}).all(a, {_on_machine(cidrs, 'a.ip')}))"
     service_ok = f"{resource} != 'services' || !has(object.spec.type) || object.spec.type != 'ExternalName'"
     where = f"only addresses in {', '.join(cidrs)} (the pod network and the apiserver)"
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [
-                {"apiGroups": ["discovery.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                 "resources": ["endpointslices"]},
-                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                 "resources": ["endpoints", "services"]},
-            ]},
-            "validations": [
-                {"expression": slice_ok, "message": f"{MESSAGE_MARK}: an EndpointSlice may list {where}"},
-                {"expression": endpoints_ok, "message": f"{MESSAGE_MARK}: an Endpoints object may list {where}"},
-                {"expression": service_ok, "message": f"{MESSAGE_MARK}: no ExternalName Service (kube-apiserver "
-                                                      "would resolve its name and dial it)"},
-            ],
-        },
-    }
+    rules = [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]},
+             {"apiGroups": [""], "resources": ["endpoints", "services"]}]
+    return loopback_policy.denying_policy(POLICY_NAME, rules, [
+        {"expression": slice_ok, "message": f"{MESSAGE_MARK}: an EndpointSlice may list {where}"},
+        {"expression": endpoints_ok, "message": f"{MESSAGE_MARK}: an Endpoints object may list {where}"},
+        {"expression": service_ok, "message": f"{MESSAGE_MARK}: no ExternalName Service (kube-apiserver "
+                                              "would resolve its name and dial it)"},
+    ])
 
 
 def probe_slice() -> dict[str, Any]:

@@ -67,20 +67,18 @@ def policy(services_allowed: bool = False) -> dict[str, Any]:
             f"' calls ' + {remote}[0].clientConfig.url + ', not a loopback address; use "
             f"{REWRITE}'"),
     }
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
-            }]},
-            "validations": [loopback_url] if services_allowed else [no_service, loopback_url],
-        },
-    }
+    rules = {"apiGroups": ["admissionregistration.k8s.io"],
+             "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]}
+    return denying_policy(POLICY_NAME, [rules], [loopback_url] if services_allowed else [no_service, loopback_url])
+
+
+def denying_policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, str]]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy checking creates and updates of the resources of `rules`, failing closed."""
+    resource_rules = [{"apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], **rule} for rule in rules]
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": resource_rules},
+                     "validations": validations}}
 
 
 def binding(name: str = POLICY_NAME) -> dict[str, Any]:
