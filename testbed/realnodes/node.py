@@ -166,6 +166,7 @@ class RealNode:
             "containerd": str(self.binaries.containerd), "ctr": str(self.binaries.ctr),
             "containerd_config": str(containerd_config), "containerd_env": CONTAINERD_ENV,
             "images": [str(image.tarball) for image in self.images],
+            "image_names": [image.name for image in self.images],
             "kubelet_argv": [
                 str(self.binaries.kubelet), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
                 f"--hostname-override={self.name}", f"--node-ip={API_ADDRESS}",

@@ -66,11 +66,18 @@ class Supervisor:
         self.wait_for(lambda: CONTAINERD_SOCKET.exists(), "containerd's socket", 30)
 
     def import_images(self) -> None:
+        ctr = [self.spec["ctr"], "-n", "k8s.io"]
+        fix = ("fix: rebuild it (delete it from its cache and run make images, or python -m testbed.realnodes.images) "
+               "and check the disk space")
         for tarball in self.spec["images"]:
-            result = subprocess.run([self.spec["ctr"], "-n", "k8s.io", "images", "import", tarball],
-                                    capture_output=True, text=True, timeout=300)
+            result = subprocess.run([*ctr, "images", "import", tarball], capture_output=True, text=True, timeout=300)
             if result.returncode != 0:
-                raise RuntimeError(f"ctr images import {tarball} failed: {result.stderr.strip()}")
+                raise RuntimeError(f"step: ctr images import {tarball} failed: {result.stderr.strip()}; {fix}")
+        # Pods ask for images by name with no registry to fall back on: a name the archives did not bring is an error
+        # now, not an ErrImagePull later.
+        listed = subprocess.run([*ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=60).stdout.split()
+        if missing := sorted(set(self.spec.get("image_names", [])) - set(listed)):
+            raise RuntimeError(f"step: images in the node's containerd: {missing} missing after the import; {fix}")
 
     def start_kubelet(self) -> None:
         self.spawn("kubelet", self.spec["kubelet_argv"])
