@@ -11,15 +11,15 @@ failedAttempts count decides the next retry, so the controller writes them befor
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 
-from common.kube.workqueue import ExponentialBackoff, WorkQueue
+from common.kube.controller import Controller, Result
+from common.kube.workqueue import ExponentialBackoff
 from common.logs import current_context, log_context
 
-log = logging.getLogger("binder.reporter")
+REPORTER = "reporter"
 
 # A report: returns True when done, False to be tried again later.
 Report = Callable[[], bool]
@@ -35,17 +35,18 @@ def _in_context(report: Report, context: dict) -> Report:
 
 
 class BackgroundReporter:
+    """Reports per BindRequest key, written by `threads` workers of the controller machinery
+    (common/kube/controller.py): a report not done comes back with the key's backoff, one that raises likewise."""
+
     def __init__(self, threads: int = 4, on_depth: Callable[[int], None] | None = None, max_pending: int = 2000,
                  base_delay_s: float = 0.2, max_delay_s: float = 10.0) -> None:
         self.max_pending = max(1, max_pending)
         self._reports: dict[str, Report] = {}
         self._room = threading.Condition()
-        self._queue = WorkQueue(ExponentialBackoff(base_delay_s, max_delay_s))
         self._on_depth = on_depth
-        self._threads = [threading.Thread(target=self._loop, name=f"reporter-{i}", daemon=True)
-                         for i in range(threads)]
-        for thread in self._threads:
-            thread.start()
+        self._work = Controller(REPORTER, self._write, ExponentialBackoff(base_delay_s, max_delay_s), threads,
+                                key_field="bindrequest")
+        self._work.start(REPORTER)
 
     def submit(self, key: str, report: Report, timeout: float | None = None) -> bool:
         """Queue `report` for `key`, replacing one still waiting for that key. Blocks while `max_pending`
@@ -59,7 +60,7 @@ class BackgroundReporter:
                 self._room.wait(remaining if remaining is not None else 1.0)
             self._reports[key] = _in_context(report, current_context())
             depth = len(self._reports)
-        self._queue.add(key)
+        self._work.add(key)
         if self._on_depth:
             self._on_depth(depth)
         return True
@@ -68,31 +69,21 @@ class BackgroundReporter:
         with self._room:
             return len(self._reports)
 
-    def _loop(self) -> None:
-        while True:
-            key = self._queue.get()
-            if key is None:
-                return
-            with self._room:
-                report = self._reports.get(key)
-            try:
-                done = report() if report is not None else True
-            except Exception:  # noqa: BLE001 - a reporter thread must outlive any one write
-                log.exception("background report failed; retrying", extra={"bindrequest": key})
-                done = False
-            if done:
-                self._queue.forget(key)
-                with self._room:
-                    # None: a delayed retry of a report written since (a resubmit ran it sooner): nothing to drop.
-                    if report is not None and self._reports.get(key) is report:
-                        del self._reports[key]
-                    depth = len(self._reports)
-                    self._room.notify_all()
-                if self._on_depth:
-                    self._on_depth(depth)
-            else:
-                self._queue.add_rate_limited(key)
-            self._queue.done(key)
+    def _write(self, key: str) -> Result:
+        with self._room:
+            report = self._reports.get(key)
+        if report is None:
+            return Result()  # a delayed retry of a report written since (a resubmit ran it sooner): nothing to do
+        if not report():
+            return Result(retry=True)
+        with self._room:
+            if self._reports.get(key) is report:  # not replaced by a newer report meanwhile
+                del self._reports[key]
+            depth = len(self._reports)
+            self._room.notify_all()
+        if self._on_depth:
+            self._on_depth(depth)
+        return Result()
 
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for queued reports to be written; True if all were."""
@@ -102,4 +93,4 @@ class BackgroundReporter:
         return not self.pending()
 
     def stop(self) -> None:
-        self._queue.shutdown()
+        self._work.shutdown()
