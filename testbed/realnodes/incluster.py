@@ -21,9 +21,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import requests
+from urllib3.exceptions import InsecureRequestWarning
 
 from testbed.cluster.binaries import binaries_dir, find_binary
 from testbed.cluster.controlplane import ControlPlane
@@ -78,8 +80,10 @@ def start_default_scheduler(plane: ControlPlane, directory: Path, timeout: float
     deadline = time.monotonic() + timeout
     while True:
         try:  # its serving certificate is self-signed: this only asks a loopback port whether it is up
-            if requests.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=5).status_code == 200:
-                return process
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", InsecureRequestWarning)
+                if requests.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=5).status_code == 200:
+                    return process
         except requests.RequestException:
             pass
         if process.poll() is not None or time.monotonic() > deadline:

@@ -17,6 +17,7 @@ import pytest
 import requests
 import yaml
 
+from testbed.images import image_names
 from testbed.realnodes.host import (
     API_INTERFACE,
     CGROUP_PARENT,
@@ -25,6 +26,7 @@ from testbed.realnodes.host import (
     TOUCHED_SYSCTLS,
     cgroup_hierarchies,
 )
+from testbed.realnodes.incluster import KUBE_SCHEDULER_IMAGE
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnodes]
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +54,11 @@ def host_state() -> dict[str, object]:
 
 
 def test_testbed_up_with_real_nodes_runs_a_ready_gpu_node_and_restores_the_machine(tmp_path: Path) -> None:
+    """In-cluster, the superset of the plain mode: it also names the images every node's containerd holds."""
     before = host_state()
     up = subprocess.Popen([sys.executable, "-m", "testbed", "up", "--dir", str(tmp_path), "--real-nodes", "1",
-                           "--gpus-per-node", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+                           "--gpus-per-node", "2", "--in-cluster"], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     try:
         deadline = time.monotonic() + 240
@@ -79,7 +82,15 @@ def test_testbed_up_with_real_nodes_runs_a_ready_gpu_node_and_restores_the_machi
         output.append(rest)
     text = "".join(output)
     assert up.returncode == 0, text
+    for image in [*image_names().values(), KUBE_SCHEDULER_IMAGE]:
+        assert f"image:      {image} (in every node's containerd)" in text, text
     assert text.rstrip().endswith("testbed: stopped"), text  # problems would be listed after it
     leftovers = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout
     assert not leftovers.strip(), leftovers
     assert host_state() == before
+
+
+def test_in_cluster_without_real_nodes_is_refused_with_the_flag_it_needs() -> None:
+    refused = subprocess.run([sys.executable, "-m", "testbed", "up", "--dir", "/nonexistent", "--in-cluster"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--in-cluster needs --real-nodes N" in refused.stderr, refused.stderr
