@@ -12,6 +12,8 @@ Runs `python -m binder` as a child process and measures, from a pod watch in thi
               model (testbed/players/nodeplayer.py) giving each reservation pod a device of its node and phase Running;
   rss       — binder RSS after its caches hold --rss-pods pods and --rss-nodes nodes.
 Prints a Markdown table for docs/benchmarks.md.
+
+Past 400 lines on purpose: one script per benchmark, so that its command in docs/benchmarks.md is all a reader runs.
 """
 
 from __future__ import annotations

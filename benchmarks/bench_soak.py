@@ -25,6 +25,8 @@ docs/benchmarks.md.
 
 `--memdiag DIR` runs the replicas with benchmarks/memdiag/sitecustomize.py (RSS, glibc arenas, object counts,
 cache and queue sizes every 20 s; `--memdiag-trace N` adds tracemalloc with N frames, which slows them down).
+
+Past 400 lines on purpose: one script per benchmark, so that its command in docs/benchmarks.md is all a reader runs.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every call, watches included, first takes a token from one client-side bucket (`
 so the whole process stays within the rate it was given, as client-go's rest client does.
 Authentication and TLS come from a kubeconfig or the in-cluster service account (common/kube/kubeconfig.py,
 without the `kubernetes` package); the requests themselves go through one urllib3 pool (common/kube/transport.py).
+
+Past 400 lines on purpose: the verbs, the watch stream and the error types are one surface every program reads as a
+whole; the transport, retries, rate limit and kubeconfig already live in modules of their own.
 """
 
 from __future__ import annotations

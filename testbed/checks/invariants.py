@@ -25,6 +25,8 @@
 
 The checker is written apart from the product's GPU accounting (common/gpuclaims.py) and must not import it: it is
 the second opinion.
+
+Past 400 lines on purpose: the invariants are read together, as the fault suite's one definition of correct.
 """
 
 from __future__ import annotations
