@@ -7,7 +7,8 @@ import secrets
 from typing import Any
 
 from common import names
-from common.fraction import ContainerRef, annotations_of
+from common.fraction import ContainerRef
+from common.objects import annotations_of
 
 # k8s utilrand.String's alphabet: no vowels, no look-alike characters.
 RANDOM_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import names
+from common.objects import annotations_of
 
 
 class FractionContainerNotFound(Exception):
@@ -32,10 +33,6 @@ class ContainerRef:
 
     def container(self, pod: dict[str, Any]) -> dict[str, Any]:
         return pod["spec"][self.list_key][self.index]
-
-
-def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
 
 
 def is_fraction_pod(pod: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from common.fraction_limits import FractionRequestError, request_portion, valida
 from common.gotext import parse_uint_error
 from common.gpu_request import MSG_MEMORY_VALUE, parse_go_uint
 from common.kube_quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
+from common.objects import annotations_of
 
 PORTION = "portion"
 MEMORY = "memory"
@@ -70,10 +71,6 @@ class FractionRequest:
     portion: float = 0.0
     memory: Quantity | None = None
     limit: Quantity | None = None
-
-
-def annotations_of(pod: Mapping[str, Any]) -> dict[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
 
 
 def annotation_key(container: str, suffix: str) -> str:
