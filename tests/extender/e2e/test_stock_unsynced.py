@@ -146,17 +146,20 @@ def test_a_restarted_extender_places_nothing_before_its_caches_are_full(stock_be
         bed.extender.log_path.rename(bed.extender.log_path.with_suffix(f".{time.time_ns()}.log"))
         bed.extender.process = spawn(bed.extender.argv(), bed.extender.log_path, REPO_ROOT)  # no wait for /readyz
         wait_for("the restarted extender listening", lambda: listening(bed.extender.port), timeout=30, interval=0.02)
+        listening_at = time.monotonic()
         assert not ready(bed), "the BindRequest list came before the test could ask: make it slower"
         arrivals = create_pods(bed, control_plane, "arrival", 10, "0.25")  # new pods: the scheduler tries all now
-        window_closed = wait_for("the extender ready", lambda: ready(bed), timeout=120, interval=0.1)
-        assert window_closed
+        assert wait_for("the extender ready", lambda: ready(bed), timeout=120, interval=0.1)
+        window_closed_at = time.monotonic()
         time.sleep(3)  # the scheduler's next tries, now against full caches
         decided = shares_decided(bed)
         placed = (set(waiting) | set(arrivals)) & bind_requests_of(bed)
         assert over_one_gpu(decided) == {}, f"placed while the caches were filling: {sorted(placed)}"
         assert placed == set()
-        assert any("extender caches not synced yet" in message for message in scheduling_messages(bed)), \
-            "no scheduling attempt met the restarted extender before its caches were full"
+        met_unsynced = [message for message in scheduling_messages(bed) if "extender caches not synced yet" in message]
+        assert met_unsynced, "no scheduling attempt met the restarted extender before its caches were full"
+        print(f"caches full {window_closed_at - listening_at:.1f}s after the extender listened; "
+              f"{len(met_unsynced)} FailedScheduling events said so meanwhile")
         assert len(full) == devices - 1
     finally:
         delete_namespace(kube_admin, filler_namespace, timeout=300)
