@@ -12,6 +12,7 @@ from common.flags import (
     Parser,
     above,
     add_bool_flag,
+    add_kai_contract_flags,
     add_logging_flags,
     at_least,
     parse,
@@ -99,14 +100,13 @@ def _parser() -> Parser:
                         help="the only user that may set NvFractions .gpus.devices annotations (the binder's "
                              "ServiceAccount, system:serviceaccount:<namespace>:<name>)")
     add_bool_flag(parser, "--block-nvidia-visible-devices", False, "enable the deviceaccess plugin")
-    parser.add_argument("--kai-contract", choices=names.KAI_CONTRACTS, default=names.KAI_CONTRACT_V018,
-                        help="the KAI scheduler the ConfigMap modes answer to: v0.18 (KAI v0.18.3's request rules, "
-                             "gpu-memory also written as an NvFractions request) or v0.17 (a cluster whose scheduler "
-                             "does not read NvFractions annotations)")
-    # KAI v0.18.3's admission has this setting (nriPluginEnabled); the flag's name could not be read, this one is ours.
-    add_bool_flag(parser, "--nri-plugin-enabled", False,
-                  "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no "
-                  "NVIDIA_VISIBLE_DEVICES env and, unless a runtime class is given, no runtime class")
+    # KAI v0.18.3's admission has the NRI setting (nriPluginEnabled); its flag name could not be read: ours.
+    add_kai_contract_flags(
+        parser,
+        "the KAI scheduler the ConfigMap modes answer to: v0.18 (KAI v0.18.3's request rules, gpu-memory also written "
+        "as an NvFractions request) or v0.17 (a cluster whose scheduler does not read NvFractions annotations)",
+        "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no NVIDIA_VISIBLE_DEVICES "
+        "env and, unless a runtime class is given, no runtime class")
     parser.add_argument("--gpu-fraction-runtime-class-name", default=None,
                         help='runtime class for fraction pods (default "nvidia"; "" disables)')
     parser.add_argument("--gpu-pod-runtime-class-name", default=None,

@@ -89,6 +89,7 @@ class BinderApp:
                                            max_pending=settings.max_pending_reports)
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, sharing_mode=settings.gpu_sharing_mode,
+            nri_plugin_enabled=settings.nri_plugin_enabled, kai_contract=settings.kai_contract,
             registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,

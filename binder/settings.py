@@ -21,6 +21,7 @@ from common.flags import (
     UsageError,
     above,
     add_bool_flag,
+    add_kai_contract_flags,
     add_logging_flags,
     at_least,
     between,
@@ -53,6 +54,8 @@ class Settings:
     health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
     plugins_json: str | None = None
     gpu_sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED
+    kai_contract: str = names.KAI_CONTRACT_V018
+    nri_plugin_enabled: bool = False
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
@@ -126,6 +129,13 @@ def _parser() -> Parser:
                         "(--plugins entries still win)")
     p.add_argument("--runtime-class-name", default="", help="runtimeClassName of reservation pods (empty: not set)")
     # Ours.
+    add_kai_contract_flags(
+        p,
+        "the KAI scheduler the gpusharing plugin answers to, as the webhook's flag of the same name: v0.18 (KAI "
+        "v0.18.3: the fraction container's NvFractions memory request is written at bind, and a node without "
+        "nvidia.com/gpu.memory fails the bind) or v0.17 (v0.17's binds)",
+        "gpusharing's default nriPluginEnabled argument (KAI v0.18.3): a fraction container's devices go into the pod "
+        "annotation nvidia.cdi.k8s.io/container.<c> for the GPU Operator's NRI plugin, not into its ConfigMaps")
     p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
                    help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
     p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID, help="Lease name")
@@ -220,6 +230,8 @@ def _build(args: argparse.Namespace) -> Settings:
         health_address=args.health_probe_bind_address,
         plugins_json=args.plugins or None,
         gpu_sharing_mode=args.gpu_sharing_mode,
+        kai_contract=args.kai_contract,
+        nri_plugin_enabled=args.nri_plugin_enabled,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=args.client_timeout,

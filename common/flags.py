@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
+from common import names
 from common.version import KAI_CONTRACT_COMMIT, version
 
 T = TypeVar("T")
@@ -94,6 +95,14 @@ def parse_bool(text: str) -> bool:
 def add_bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str | None) -> None:
     """A flag usable bare (`--x`), as `--x=true|false` or as `--x false`, like pflag booleans."""
     parser.add_argument(name, nargs="?", const=True, default=default, type=parse_bool, help=help_text)
+
+
+def add_kai_contract_flags(parser: argparse.ArgumentParser, contract_help: str, nri_help: str) -> None:
+    """`--kai-contract` and `--nri-plugin-enabled`, which the webhook and the binder both take (each says what the
+    setting changes in it): a cluster sets them alike on both."""
+    parser.add_argument("--kai-contract", choices=names.KAI_CONTRACTS, default=names.KAI_CONTRACT_V018,
+                        help=contract_help)
+    add_bool_flag(parser, "--nri-plugin-enabled", False, nri_help)
 
 
 def parse_bind_address(address: str) -> tuple[str, int] | None:

@@ -77,6 +77,8 @@ ENV_CONFIGMAP_SUFFIX = "-evar"
 VOLUME_SUFFIX = "-vol"
 INIT_CONTAINER_INDEX_PREFIX = "i"
 CDI_DEVICE_NAME_FORMAT = "k8s.device-plugin.nvidia.com/gpu={}"
+# KAI v0.18.3 with the NRI plugin on: the fraction container's devices, in the annotation the NRI plugin reads.
+CDI_CONTAINER_ANNOTATION_PREFIX = "nvidia.cdi.k8s.io/container."
 
 # BindRequest API.
 BINDREQUEST_GROUP = "scheduling.run.ai"

@@ -1,7 +1,7 @@
 """Admission plugins, registered in the order they run: gpusharing, hamicore, deviceaccess, runtimeenforcement.
 hamicore reads the ConfigMap annotation gpusharing writes in the same pass. In the NvFractions mode nvfractions
 runs instead of gpusharing and hamicore. Every plugin reads requests as KAI v0.18.3 does, unless `--kai-contract v0.17`
-keeps the ConfigMap modes at v0.17's rules (admission/plugins/requestrules.py)."""
+keeps the ConfigMap modes at v0.17's rules (common/request_rules.py)."""
 
 from __future__ import annotations
 

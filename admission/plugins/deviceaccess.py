@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from admission.plugins.base import Denied, Pod
-from admission.plugins.requestrules import ContainerRefError, fraction_container, requests_fraction
 from common import names
 from common.fraction import ContainerRef
 from common.quantity import is_nonzero_quantity
+from common.request_rules import ContainerRefError, fraction_container, requests_fraction
 
 _ALLOWED_VALUES = ("void", "none")
 

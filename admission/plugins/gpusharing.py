@@ -10,11 +10,11 @@ annotations (common/gpu_request.py, common/fraction.py) for a cluster whose sche
 from __future__ import annotations
 
 from admission.plugins.base import Denied, Pod
-from admission.plugins.requestrules import ContainerRefError, fraction_container, requests_fraction
 from common import configmaps, names, podspec
 from common.fraction import annotations_of
 from common.fraction_request import FractionRequestError, gpu_memory_request_annotation, validate_request
 from common.gpu_request import validate_gpu_requests
+from common.request_rules import ContainerRefError, fraction_container, requests_fraction
 
 _CONFIGMAP_ENV = (names.NVIDIA_VISIBLE_DEVICES, names.RUNAI_NUM_OF_GPUS, names.GPU_PORTION)
 _CONFIGMAP_ENV_WITH_NRI = (names.RUNAI_NUM_OF_GPUS, names.GPU_PORTION)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from admission.plugins.base import Denied, Pod
-from admission.plugins.requestrules import ContainerRefError, fraction_container, requests_fraction
 from common import configmaps, names, podspec
+from common.request_rules import ContainerRefError, fraction_container, requests_fraction
 
 
 class HamiCore:

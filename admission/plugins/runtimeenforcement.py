@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from admission.plugins.base import Pod
-from admission.plugins.requestrules import requests_fraction
+from common.request_rules import requests_fraction
 
 
 class RuntimeEnforcement:

@@ -22,6 +22,7 @@ NVFRACTIONS = "nvfractions"
 
 BIND_TIMEOUT_SECONDS = "bindTimeoutSeconds"
 CDI_ENABLED = "cdiEnabled"
+NRI_PLUGIN_ENABLED = "nriPluginEnabled"  # gpusharing's, KAI v0.18.3 (absent: false)
 DEFAULT_BIND_TIMEOUT_SECONDS = 120
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -54,18 +55,20 @@ PluginsConfig = dict[str, PluginConfig]
 
 def default_config(
     bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS, cdi_enabled: bool = False,
-    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED,
+    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False,
 ) -> PluginsConfig:
     """The reference's DefaultConfig(120, false) under a GPU sharing mode preset (KAI v0.18): NonMemoryEnforced
     runs gpusharing (hamicore present but disabled: KAI v0.17's defaults), HamiCore adds hamicore, NvFractions runs
-    nvfractions alone, Disabled none of the three. `--plugins` entries still win over the preset."""
+    nvfractions alone, Disabled none of the three. gpusharing's arguments carry nriPluginEnabled beside cdiEnabled,
+    as KAI v0.18.3's defaults do. `--plugins` entries still win over the preset."""
     timeout = str(bind_timeout_seconds)
     cdi = {CDI_ENABLED: "true" if cdi_enabled else "false"}
+    nri = {NRI_PLUGIN_ENABLED: "true" if nri_plugin_enabled else "false"}
     return {
         VOLUMEBINDING: PluginConfig(True, 300, {BIND_TIMEOUT_SECONDS: timeout}),
         DYNAMICRESOURCES: PluginConfig(True, 200, {BIND_TIMEOUT_SECONDS: timeout}),
         GPUSHARING: PluginConfig(sharing_mode in (names.SHARING_NON_MEMORY_ENFORCED, names.SHARING_HAMI_CORE), 100,
-                                 dict(cdi)),
+                                 {**cdi, **nri}),
         NVFRACTIONS: PluginConfig(sharing_mode == names.SHARING_NV_FRACTIONS, 90, dict(cdi)),
         HAMICORE: PluginConfig(sharing_mode == names.SHARING_HAMI_CORE, 50, None),
     }

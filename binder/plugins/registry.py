@@ -46,8 +46,10 @@ def int_argument(arguments: dict[str, str], name: str) -> int:
     return number
 
 
-def bool_argument(arguments: dict[str, str], name: str) -> bool:
-    """Go strconv.ParseBool of a required argument."""
+def bool_argument(arguments: dict[str, str], name: str, default: bool | None = None) -> bool:
+    """Go strconv.ParseBool of an argument, required unless it has a `default` (KAI's boolArgumentOrDefault)."""
+    if default is not None and name not in arguments:
+        return default
     value = _argument(arguments, name)
     if value in _GO_TRUE:
         return True
@@ -76,7 +78,10 @@ def _dynamicresources(arguments: dict[str, str], deps: dict[str, Any]) -> Binder
 def _gpusharing(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
     from binder.plugins.gpusharing.plugin import GpuSharingPlugin
 
-    return GpuSharingPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED))
+    # The KAI contract is a binder flag, not a plugin argument: the webhook and the binder must agree on it.
+    return GpuSharingPlugin(cdi_enabled=bool_argument(arguments, cfg.CDI_ENABLED),
+                            nri_plugin_enabled=bool_argument(arguments, cfg.NRI_PLUGIN_ENABLED, default=False),
+                            kai_contract=deps.get("kai_contract") or names.KAI_CONTRACT_V018)
 
 
 def _nvfractions(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
@@ -117,12 +122,14 @@ def build_configured_plugins(config: PluginsConfig, **deps: Any) -> list[BinderP
 
 def build_plugins(
     overrides: str | PluginsConfig | None, *, client: KubeClient | None = None,
-    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, **deps: Any
+    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False, **deps: Any
 ) -> list[BinderPlugin]:
     """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
     already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError.
 
-    `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered."""
+    `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered; `kai_contract=` the
+    binder's --kai-contract; `nri_plugin_enabled` gpusharing's default nriPluginEnabled argument."""
     decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
-    resolved = cfg.resolve_config(cfg.default_config(sharing_mode=sharing_mode), decoded)
+    resolved = cfg.resolve_config(
+        cfg.default_config(sharing_mode=sharing_mode, nri_plugin_enabled=nri_plugin_enabled), decoded)
     return build_configured_plugins(resolved, client=client, **deps)

@@ -71,7 +71,9 @@ def fraction_context(api: KubeClient, pod: dict, *, portion: str = "0.50", gpu_i
                    "receivedResourceType": names.RECEIVED_TYPE_FRACTION,
                    "selectedGPUGroups": [f"g{i}" for i in range(len(gpu_ids))],
                    "receivedGPU": {"count": len(gpu_ids), "portion": portion}}}
-    node = {"metadata": {"name": "n1", "labels": node_labels or {}}}
+    # A node the GPU Operator labelled, as KAI v0.18.3's gpusharing needs one; `node_labels={}` for a bare one.
+    labels = {names.GPU_MEMORY_NODE_LABEL: "40960"} if node_labels is None else node_labels
+    node = {"metadata": {"name": "n1", "labels": labels}}
     recorder = None
     if events is not None:
         def recorder(obj: dict, event_type: str, reason: str, message: str) -> None:

@@ -85,10 +85,18 @@ def test_missing_configmap_annotation_is_the_reference_error(api, namespace):
                                 f"name: no desired configmap name found in pod {namespace}/p1 annotations")
 
 
-def test_non_numeric_portion_fails_before_anything_is_written(api, namespace):
+@pytest.mark.parametrize(("contract", "message"), [
+    # KAI v0.18.3 computes the memory request first, and refuses the portion there in its words.
+    ("v0.18", 'failed to add NvFractions annotation: invalid received gpu portion "lots" - failed to add NvFractions '
+              'annotation'),
+    ("v0.17", 'fraction BindRequest for pod {ns}/p1 has an invalid spec.receivedGPU.portion "lots": not a '
+              'non-negative number'),
+])
+def test_non_numeric_portion_fails_before_anything_is_written(api, namespace, contract, message):
     pod = create_pod(api, namespace, fraction_pod_body("p1"))
-    with pytest.raises(BindError, match='invalid spec.receivedGPU.portion "lots"'):
-        GpuSharingPlugin(cdi_enabled=False).prebind(fraction_context(api, pod, portion="lots"))
+    with pytest.raises(BindError) as refused:
+        GpuSharingPlugin(cdi_enabled=False, kai_contract=contract).prebind(fraction_context(api, pod, portion="lots"))
+    assert str(refused.value) == message.format(ns=namespace)
     assert get_configmap(api, namespace, CAP) is None
 
 
@@ -138,7 +146,8 @@ def test_hamicore_without_the_node_label_fails_the_bind_with_the_reason_and_coun
     pod = create_pod(api, namespace, fraction_pod_body("p1"))
     registry = CollectorRegistry()
     ctx = fraction_context(api, pod, node_labels={})
-    GpuSharingPlugin(cdi_enabled=False).prebind(ctx)
+    # Under --kai-contract v0.18 gpusharing refuses this node first (test_v018_* below); v0.17 reaches hamicore.
+    GpuSharingPlugin(cdi_enabled=False, kai_contract="v0.17").prebind(ctx)
     with pytest.raises(BindError) as refused:  # KAI v0.18 (#2157): no limit, no bind
         HamiCorePlugin(registry=registry).prebind(ctx)
     assert str(refused.value) == (f"failed to calculate CUDA_DEVICE_MEMORY_LIMIT for pod <{namespace}/p1>: "
@@ -151,7 +160,7 @@ def test_hamicore_without_the_node_label_fails_the_bind_with_the_reason_and_coun
 def test_hamicore_never_writes_zero(api, namespace):
     pod = create_pod(api, namespace, fraction_pod_body("p1"))
     ctx = fraction_context(api, pod, portion="0.00", node_labels={"nvidia.com/gpu.memory": "40960"})
-    GpuSharingPlugin(cdi_enabled=False).prebind(ctx)
+    GpuSharingPlugin(cdi_enabled=False, kai_contract="v0.17").prebind(ctx)  # v0.18 refuses a 0 portion itself
     with pytest.raises(BindError, match="is less than 1 MiB|is not a positive number"):
         HamiCorePlugin(registry=CollectorRegistry()).prebind(ctx)
     assert "CUDA_DEVICE_MEMORY_LIMIT" not in get_configmap(api, namespace, CAP)["data"]

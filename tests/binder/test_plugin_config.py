@@ -31,7 +31,7 @@ def test_defaults_have_the_reference_priorities_and_arguments():
     config = default_config()
     assert config["volumebinding"] == PluginConfig(True, 300, {"bindTimeoutSeconds": "120"})
     assert config["dynamicresources"] == PluginConfig(True, 200, {"bindTimeoutSeconds": "120"})
-    assert config["gpusharing"] == PluginConfig(True, 100, {"cdiEnabled": "false"})
+    assert config["gpusharing"] == PluginConfig(True, 100, {"cdiEnabled": "false", "nriPluginEnabled": "false"})
     assert config["hamicore"] == PluginConfig(False, 50, None)
 
 

@@ -5,33 +5,45 @@ selectedGPUGroups order, CDI names with cdiEnabled), GPU_PORTION and RUNAI_NUM_O
 portion, verbatim) and the legacy RUNAI-VISIBLE-DEVICES when that key is already there. The `-evar`
 ConfigMap is created empty, and receives NVIDIA_VISIBLE_DEVICES only when the fraction container does not
 read it from the capabilities ConfigMap. Rollback deletes both, unless the pod is bound (docs/decisions.md §2.3).
+
+KAI v0.18.3 (`--kai-contract v0.18`, the default) also puts the fraction container's
+`nvidia.com/container.<c>.gpu-memory.request` into the pre-bind annotation patch, unless the pod has it (admission
+writes it for `gpu-memory`): trunc(node label nvidia.com/gpu.memory x portion) MiB. A node without the label, or a
+share of 0 MiB, fails the bind before any reservation pod is made. The fraction container is found by v0.18's rules,
+as the webhook found it (common/request_rules.py). With `nriPluginEnabled` the devices go into the pod annotation
+`nvidia.cdi.k8s.io/container.<c>` for the GPU Operator's NRI plugin, and into neither ConfigMap. `--kai-contract
+v0.17` writes no memory request: a v0.17 scheduler's cluster has nothing that reads it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
 from binder.plugins.configmaps import ConfigMapError, delete_configmap, upsert_owned_configmap
+from binder.plugins.gpuvalues import memory_request, visible_devices_value
 from binder.reservation.groups import MultiFractionError, fraction_device_count
 from common import bindrequest, names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
-from common.fraction import FractionContainerNotFound, fraction_container_ref
+from common.fraction import ContainerRef
+from common.fraction_request import annotation_key
 from common.gpu_request import parse_go_float
 from common.kube.client import ApiError, pod_path
+from common.objects import annotations_of
+from common.request_rules import ContainerRefError, fraction_container
 
 NAME = "gpusharing"
 log = logging.getLogger("binder.plugins.gpusharing")
+# KAI's gpusharing ends its node label and portion messages with this (its nvfractions plugin does not).
+_MEMORY_NOTE = " - failed to add NvFractions annotation"
+
+__all__ = ["GpuSharingPlugin", "visible_devices_value"]
 
 
 # ---------------------------------------------------------------------------------------------- decisions
-def visible_devices_value(gpu_ids: list[str], cdi_enabled: bool) -> str:
-    """Comma-joined ids in selectedGPUGroups order; CDI device names with cdiEnabled."""
-    if cdi_enabled:
-        gpu_ids = [names.CDI_DEVICE_NAME_FORMAT.format(gpu_id) for gpu_id in gpu_ids]
-    return ",".join(gpu_ids)
 
 
 def reads_devices_from_configmap(container: dict[str, Any]) -> bool:
@@ -85,25 +97,56 @@ def capabilities_data(current: dict[str, str], portion: str, devices: str | None
     return data
 
 
+def memory_request_annotation(pod: dict[str, Any], node: dict[str, Any], received_gpu: Any,
+                              container: str) -> tuple[str, str] | None:
+    """KAI v0.18.3's addNvFractionsAnnotationIfMissing: the container's NvFractions memory request (key, quantity), None
+    when the pod has one or the container has no name; raises BindError with the reference's message."""
+    if not container:
+        return None
+    key = annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX)
+    if key in annotations_of(pod):
+        return None
+    try:
+        return key, memory_request(node, received_gpu, _MEMORY_NOTE)
+    except ValueError as error:
+        raise BindError(f"failed to add NvFractions annotation: {error}") from error
+
+
+@dataclass(frozen=True)
+class FractionPod:
+    """What prebind needs of a fraction pod, all checked before anything is written."""
+
+    portion: str
+    ref: ContainerRef
+    container: str
+    capabilities: str
+    memory_request: tuple[str, str] | None
+
+
 # ---------------------------------------------------------------------------------------------- plugin
 class GpuSharingPlugin(PluginDefaults):
     name = NAME
 
-    def __init__(self, cdi_enabled: bool) -> None:
+    def __init__(self, cdi_enabled: bool, nri_plugin_enabled: bool = False,
+                 kai_contract: str = names.KAI_CONTRACT_V018) -> None:
         self.cdi_enabled = cdi_enabled
+        self.nri_plugin_enabled = nri_plugin_enabled
+        self.v018 = kai_contract != names.KAI_CONTRACT_V017
 
     def precheck(self, ctx: BindContext) -> None:
         """Before any side effect (reservation pods): the checks of prebind that need no GPU id (L6)."""
         if bindrequest.is_fraction(ctx.bind_request):
             self._fraction_pod(ctx)
 
-    @staticmethod
-    def _fraction_pod(ctx: BindContext) -> tuple[str, Any, str]:
-        """The portion, the fraction container and its capabilities ConfigMap name, or a BindError."""
+    def _fraction_pod(self, ctx: BindContext) -> FractionPod:
+        """What prebind needs, in the reference's order of checks, or a BindError."""
         try:
-            ref = fraction_container_ref(ctx.pod)
-        except FractionContainerNotFound as error:
+            ref = fraction_container(ctx.pod, self.v018)
+        except ContainerRefError as error:
             raise BindError(f"failed to get fraction container ref: {error}") from error
+        container = ref.container(ctx.pod).get("name") or ""
+        memory = memory_request_annotation(ctx.pod, ctx.node, ctx.spec.get("receivedGPU"), container) \
+            if self.v018 else None
         try:
             capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
         except Exception as error:
@@ -114,31 +157,40 @@ class GpuSharingPlugin(PluginDefaults):
             ctx.pod, bindrequest.selected_gpu_groups(ctx.bind_request))
         if problem:
             raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
-        return ctx.spec["receivedGPU"]["portion"], ref, capabilities
+        return FractionPod(ctx.spec["receivedGPU"]["portion"], ref, container, capabilities, memory)
 
     def prebind(self, ctx: BindContext) -> None:
         if not bindrequest.is_fraction(ctx.bind_request):
             return
         pod_ref = f"{ctx.namespace}/{ctx.pod_name}"
-        portion, ref, capabilities = self._fraction_pod(ctx)
+        fraction = self._fraction_pod(ctx)
         gpu_ids = list(ctx.gpu_ids)
         if not gpu_ids:
             raise BindError(f"no reserved GPU ids for fraction pod {pod_ref}")
+        if fraction.memory_request is not None:
+            key, value = fraction.memory_request
+            ctx.bind_annotations[key] = value
         devices = visible_devices_value(gpu_ids, self.cdi_enabled)
-        in_capabilities = reads_devices_from_configmap(ref.container(ctx.pod))
+        if self.nri_plugin_enabled:
+            # The NRI plugin gives the container its devices from this annotation; the ConfigMaps get none, so
+            # nothing else in the container names a GPU.
+            ctx.bind_annotations[names.CDI_CONTAINER_ANNOTATION_PREFIX + fraction.container] = devices
+        to_configmap = None if self.nri_plugin_enabled else devices
+        in_capabilities = reads_devices_from_configmap(fraction.ref.container(ctx.pod))
 
         try:
-            upsert_owned_configmap(ctx.client, ctx.pod, capabilities, lambda current: capabilities_data(
-                current, portion, devices if in_capabilities else None))
+            upsert_owned_configmap(ctx.client, ctx.pod, fraction.capabilities, lambda current: capabilities_data(
+                current, fraction.portion, to_configmap if in_capabilities else None))
         except ConfigMapError as error:
             raise BindError(f"failed to create capabilities configmap: {error}") from error
         try:
-            upsert_owned_configmap(ctx.client, ctx.pod, env_configmap_name(capabilities),
-                                   lambda current: {} if in_capabilities else devices_data(current, devices))
+            upsert_owned_configmap(
+                ctx.client, ctx.pod, env_configmap_name(fraction.capabilities),
+                lambda current: {} if in_capabilities or to_configmap is None else devices_data(current, devices))
         except ConfigMapError as error:
             raise BindError(f"failed to create env configmap: {error}") from error
         log.info("GPU sharing ConfigMaps written", extra={
-            **ctx.log_fields(), "fields": {"configmap": capabilities, "visible_devices": devices}})
+            **ctx.log_fields(), "fields": {"configmap": fraction.capabilities, "visible_devices": devices}})
 
     def postbind(self, ctx: BindContext) -> None:
         return None
@@ -147,8 +199,8 @@ class GpuSharingPlugin(PluginDefaults):
         if not bindrequest.is_fraction(ctx.bind_request):
             return
         try:
-            ref = fraction_container_ref(ctx.pod)
-        except FractionContainerNotFound:
+            ref = fraction_container(ctx.pod, self.v018)
+        except ContainerRefError:
             return
         try:
             capabilities = existing_capabilities_configmap_name(ctx.pod, ref)

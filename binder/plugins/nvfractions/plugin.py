@@ -13,50 +13,15 @@ The container is the one the pod's `nvidia.com/container.<c>.` annotations name,
 
 from __future__ import annotations
 
-from typing import Any
-
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.gpusharing.plugin import visible_devices_value
+from binder.plugins.gpuvalues import fraction_container_name as nvfractions_container
+from binder.plugins.gpuvalues import mebibytes_quantity, memory_request, visible_devices_value
 from common import bindrequest, names
-from common.fraction_request import FractionRequestError, annotation_key, fraction_container_ref
-from common.gpu_request import parse_go_float
-from common.kube_quantity import mebibytes
+from common.fraction_request import FractionRequestError, annotation_key
 
 NAME = "nvfractions"
-
-
-def mebibytes_quantity(mib: int) -> str:
-    """`resource.MustParse("<mib>Mi").String()` (8192 MiB is `8Gi`)."""
-    return str(mebibytes(mib))
-
-
-def nvfractions_container(pod: dict[str, Any]) -> str:
-    """The fraction container's name, by KAI v0.18's GetFractionContainerRef (common/fraction_request.py): the one
-    the pod's NvFractions annotations name, else `gpu-fraction-container-name`, else the first."""
-    ref = fraction_container_ref(pod)
-    containers = (pod.get("spec") or {}).get("initContainers" if ref.init else "containers") or []
-    return str((containers[ref.index] if ref.index < len(containers) else {}).get("name") or "")
-
-
-def memory_request(node: dict[str, Any], received_gpu: Any) -> str:
-    """The memory request quantity, or raise ValueError with the reference's message."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    if not node or not isinstance(received_gpu, dict):
-        raise ValueError("missing data for NvFractions annotation calculation")
-    label = labels.get(names.GPU_MEMORY_NODE_LABEL)
-    if label is None:
-        raise ValueError(f"node does not include {names.GPU_MEMORY_NODE_LABEL} label")
-    total = parse_go_float(str(label))
-    if total is None or not total > 0 or total == float("inf"):
-        raise ValueError(f'invalid {names.GPU_MEMORY_NODE_LABEL} label value "{label}"')
-    portion_text = str(received_gpu.get("portion", ""))
-    portion = parse_go_float(portion_text)
-    if portion is None or not portion > 0 or portion == float("inf"):
-        raise ValueError(f'invalid received gpu portion "{portion_text}"')
-    mib = int(total * portion)
-    if mib <= 0:
-        raise ValueError("calculated gpu memory request is zero")
-    return mebibytes_quantity(mib)
+# Computed in binder/plugins/gpuvalues.py, which gpusharing shares; named here for the tests of this plugin.
+__all__ = ["NvFractionsPlugin", "mebibytes_quantity", "memory_request", "nvfractions_container"]
 
 
 class NvFractionsPlugin(PluginDefaults):

@@ -103,7 +103,8 @@ def test_hamicore_without_the_node_label_fails_closed_with_the_reason(binder, ku
     node = make_gpu_node()["metadata"]["name"]
     kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: None}}})
     make_pod(kube, namespace, "h2", fraction="0.5", hamicore=True)
-    app = binder("--plugins", '{"hamicore":{"enabled":true}}')
+    # --kai-contract v0.18's gpusharing refuses this node before hamicore runs (test_e2e_kai_v018.py).
+    app = binder("--plugins", '{"hamicore":{"enabled":true}}', "--kai-contract", "v0.17")
     wait_for("node label gone from the cache", lambda: names.GPU_MEMORY_NODE_LABEL not in (
         app.caches.nodes.get(node) or {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: "x"}}}
     )["metadata"].get("labels", {}))

@@ -6,11 +6,14 @@ from __future__ import annotations
 import pytest
 from binder_e2e_kit import (
     configmaps,
+    events_for,
+    exists,
     get_bind_request,
     make_bind_request,
     make_pod,
     reservation_gpu,
     reservation_name,
+    wait_for,
     wait_phase,
 )
 
@@ -106,3 +109,52 @@ def test_nvfractions_mode_writes_the_devices_and_memory_request_before_the_bindi
     assert configmaps(kube, namespace, "nv") == {}  # no ConfigMaps in this mode
     assert bound["metadata"]["uid"] == pod["metadata"]["uid"]
     assert get_bind_request(kube, namespace, "nv")["status"]["phase"] == names.PHASE_SUCCEEDED
+
+
+def test_v0183_gpusharing_writes_the_memory_request_before_the_binding(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node(gpu_memory_mib=40960)["metadata"]["name"]
+    make_pod(kube, namespace, "gs", fraction="0.2")
+    binder()  # --kai-contract v0.18 is the default
+    make_bind_request(kube, namespace, "gs", node, fraction_groups=["gs1"], portion="0.2")
+    wait_phase(kube, namespace, "gs", names.PHASE_SUCCEEDED)
+    bound = kube.get(pod_path(namespace, "gs"))
+    assert bound["metadata"]["annotations"]["nvidia.com/container.main.gpu-memory.request"] == "8Gi"
+    gpu = reservation_gpu(kube, reservation_namespace, node, "gs1")
+    assert configmaps(kube, namespace, "gs")["gs-bcd2345-shared-gpu-0"]["data"][names.NVIDIA_VISIBLE_DEVICES] == gpu
+
+
+def test_v0183_gpusharing_on_a_node_without_the_memory_label_fails_with_the_reason_and_an_event(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node()["metadata"]["name"]
+    kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: None}}})
+    make_pod(kube, namespace, "nl", fraction="0.5")
+    app = binder()
+    wait_for("node label gone from the cache", lambda: names.GPU_MEMORY_NODE_LABEL not in (
+        app.caches.nodes.get(node) or {"metadata": {"labels": {names.GPU_MEMORY_NODE_LABEL: "x"}}}
+    )["metadata"].get("labels", {}))
+    make_bind_request(kube, namespace, "nl", node, fraction_groups=["gnl"])
+    failed = wait_phase(kube, namespace, "nl", names.PHASE_FAILED, attempts=1)
+    assert failed["status"]["reason"] == (
+        "plugin gpusharing failed in PreBind: failed to add NvFractions annotation: node does not include "
+        "nvidia.com/gpu.memory label - failed to add NvFractions annotation")
+    assert not kube.get(pod_path(namespace, "nl"))["spec"].get("nodeName")
+    # Refused before reserving: no reservation pod was made for the group.
+    assert not exists(kube, pod_path(reservation_namespace, reservation_name(node, "gnl")))
+    events = wait_for("the failure's event", lambda: [e for e in events_for(kube, namespace, "nl")
+                                                       if e["type"] == "Warning"])
+    assert "nvidia.com/gpu.memory label" in events[0]["message"]
+
+
+def test_v0183_gpusharing_with_the_nri_plugin_puts_the_devices_in_the_cdi_annotation(
+        binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    node = make_gpu_node(gpu_memory_mib=40960)["metadata"]["name"]
+    make_pod(kube, namespace, "nri", fraction="0.5")
+    binder("--nri-plugin-enabled", "--plugins", '{"gpusharing":{"arguments":{"cdiEnabled":"true",'
+                                                '"nriPluginEnabled":"true"}}}')
+    make_bind_request(kube, namespace, "nri", node, fraction_groups=["gnri"])
+    wait_phase(kube, namespace, "nri", names.PHASE_SUCCEEDED)
+    gpu = reservation_gpu(kube, reservation_namespace, node, "gnri")
+    annotations = kube.get(pod_path(namespace, "nri"))["metadata"]["annotations"]
+    assert annotations["nvidia.cdi.k8s.io/container.main"] == f"k8s.device-plugin.nvidia.com/gpu={gpu}"
+    assert names.NVIDIA_VISIBLE_DEVICES not in configmaps(kube, namespace, "nri")["nri-bcd2345-shared-gpu-0"]["data"]
