@@ -128,6 +128,7 @@ def _parser() -> Parser:
                    help="KAI v0.18's GPU sharing preset: which of gpusharing, hamicore and nvfractions run by default "
                         "(--plugins entries still win)")
     p.add_argument("--runtime-class-name", default="", help="runtimeClassName of reservation pods (empty: not set)")
+    add_bool_flag(p, "--fips-only", False, "set GODEBUG=fips140=only,tlsmlkem=0 on resource reservation pods")
     # Ours.
     add_kai_contract_flags(
         p,
@@ -211,6 +212,7 @@ def _build(args: argparse.Namespace) -> Settings:
         scale_adjust_namespace=args.scale_adjust_namespace,
         runtime_class_name=args.runtime_class_name,
         fake_gpu_nodes=args.fake_gpu_nodes,
+        fips_only=args.fips_only,
     )
     return Settings(
         scheduler_name=args.scheduler_name,

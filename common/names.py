@@ -66,6 +66,10 @@ GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
 
 # Env vars and ConfigMap keys.
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# Reservation pods with --fips-only (KAI v0.18.3): FIPS 140-3 only, and no hybrid ML-KEM key exchange, which a Go
+# client in that mode cannot complete (kubernetes/kubernetes#133743).
+GODEBUG = "GODEBUG"
+GODEBUG_FIPS_ONLY = "fips140=only,tlsmlkem=0"
 RUNAI_NUM_OF_GPUS = "RUNAI_NUM_OF_GPUS"
 GPU_PORTION = "GPU_PORTION"
 CUDA_DEVICE_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"

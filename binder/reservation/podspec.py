@@ -36,6 +36,9 @@ def build_reservation_pod(
         ],
         "resources": reservation_resources(settings.pod_resources),
     }
+    if settings.fips_only:
+        # As KAI v0.18.3 sets it for its Go reservation program; ours is Python and does not read it (README).
+        container["env"].append({"name": names.GODEBUG, "value": names.GODEBUG_FIPS_ONLY})
     if settings.fake_gpu_nodes:
         container["args"] = list(FAKE_GPU_ARGS)
     if settings.container_security_context is not None:

@@ -31,6 +31,7 @@ class ReservationSettings:
     scale_adjust_namespace        --scale-adjust-namespace
     runtime_class_name            --runtime-class-name ("" = unset)
     fake_gpu_nodes                --fake-gpu-nodes
+    fips_only                     --fips-only (KAI v0.18.3)
     """
 
     namespace: str = names.DEFAULT_RESERVATION_NAMESPACE
@@ -45,3 +46,4 @@ class ReservationSettings:
     scale_adjust_namespace: str = names.DEFAULT_SCALE_ADJUST_NAMESPACE
     runtime_class_name: str = ""
     fake_gpu_nodes: bool = False
+    fips_only: bool = False
