@@ -15,7 +15,7 @@ from typing import Any
 
 from common import names
 from common.flags import parse_bool
-from common.kube.client import ApiError, KubeClient
+from common.kube.client import KubeClient
 
 DEFAULT_NAMESPACE = "fracgpu-system"
 ADMISSION_DEPLOYMENT = "fracgpu-admission"
@@ -82,12 +82,7 @@ def _container_args(deployment: dict[str, Any]) -> list[str]:
 
 
 def _read(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
+    return client.get_or_none(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
 
 
 def read_installed(client: KubeClient, namespace: str = DEFAULT_NAMESPACE) -> Installed:
