@@ -3,9 +3,13 @@ a node-side operator enforces, with no ConfigMaps, volumes or env.
 
 Registered instead of gpusharing (and hamicore) with `--gpu-sharing-mode NvFractions`. It
 
-- mutates (CREATE): `gpu-memory: "<N>"` (MiB) also sets `nvidia.com/container.<c>.gpu-memory.request` to that
-  amount as a Kubernetes quantity (2000 -> `2000Mi`, 8192 -> `8Gi`), replacing what was there; `gpu-memory` stays.
-  `gpu-fraction` is left to the binder, which writes the request from the node's GPU memory at bind time.
+- mutates (CREATE), as KAI v0.18.3 (KAI-Scheduler 45103d4c): `gpu-memory: "<N>"` (MiB) also sets
+  `nvidia.com/container.<c>.gpu-memory.request` to that amount as a Kubernetes quantity (2000 -> `2000Mi`, 8192 ->
+  `8Gi`); the shorthand `gpu-memory.limit` is copied to `nvidia.com/container.<c>.gpu-memory.limit` and
+  `gpu-fraction.limit` to `kai.scheduler/container.<c>.gpu-memory.portion.limit`. The shorthands stay. A target
+  already there with another value (compared as text, as the reference does) refuses the pod:
+  `<shorthand> annotation conflicts with <target> annotation`. `gpu-fraction` is left to the binder, which writes the
+  request from the node's GPU memory at bind time.
 - validates (CREATE and UPDATE): only the binder's user may set or change `nvidia.com/container.<c>.gpus.devices`
   (the GPUs the container gets), then the v0.18 request rules (common/fraction_request.py), which leave that
   annotation out.
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 from admission.plugins.base import AdmissionRequest, Denied, Pod
 from common import names
+from common.fraction_limits import portion_limit_key
 from common.fraction_request import (
     FractionRequestError,
+    annotation_key,
     annotations_of,
     devices_annotation_container,
     fraction_container_ref,
@@ -91,10 +97,20 @@ class NvFractions:
             ref = fraction_container_ref(pod)
         except FractionRequestError as error:
             raise Denied(f"failed to get fraction container ref: {error}") from None
+        container = ref.container(pod).get("name") or ""
         try:
-            request = gpu_memory_request_annotation(pod, ref.container(pod).get("name") or "")
+            request = gpu_memory_request_annotation(pod, container)
         except FractionRequestError as error:
             raise Denied(str(error)) from None
-        if request is not None:
-            key, value = request
-            annotations_of(pod)[key] = value
+        annotations = annotations_of(pod)
+        translations = [(names.GPU_MEMORY, request)] if request is not None else []
+        if names.GPU_MEMORY_LIMIT in annotations:
+            translations.append((names.GPU_MEMORY_LIMIT, (
+                annotation_key(container, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX), annotations[names.GPU_MEMORY_LIMIT])))
+        if names.GPU_FRACTION_LIMIT in annotations:
+            translations.append((names.GPU_FRACTION_LIMIT, (
+                portion_limit_key(container), annotations[names.GPU_FRACTION_LIMIT])))
+        for shorthand, (target, value) in translations:
+            # A request the user wrote beside the shorthand wins only if it says the same: one of them is a mistake.
+            if annotations.setdefault(target, value) != value:
+                raise Denied(f"{shorthand} annotation conflicts with {target} annotation")

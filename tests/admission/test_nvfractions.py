@@ -67,14 +67,51 @@ def test_gpu_memory_goes_to_the_named_container():
     assert REQUEST.format("container-0") not in mutated["metadata"]["annotations"]
 
 
-def test_gpu_memory_goes_to_the_container_nvfractions_annotations_name_and_replaces_their_request():
-    mutated = pod({"gpu-memory": "4096", REQUEST.format("container-1"): "1Gi"},
+def test_gpu_memory_goes_to_the_container_nvfractions_annotations_name_and_agrees_with_their_request():
+    mutated = pod({"gpu-memory": "4096", REQUEST.format("container-1"): "4Gi"},
                   containers=("container-0", "container-1"))
     NvFractions(BINDER).mutate(mutated)
     assert mutated["metadata"]["annotations"][REQUEST.format("container-1")] == "4Gi"
     init = pod({"gpu-memory": "512", "gpu-fraction-container-name": "init"}, init_containers=("init",))
     NvFractions(BINDER).mutate(init)
     assert init["metadata"]["annotations"][REQUEST.format("init")] == "512Mi"
+
+
+PORTION_LIMIT = "kai.scheduler/container.{}.gpu-memory.portion.limit"
+
+
+@pytest.mark.parametrize(("annotations", "added"), [
+    # KAI v0.18.3 (KAI-Scheduler 45103d4c): the shorthands become the fraction container's limits, verbatim.
+    ({"gpu-memory": "2000", "gpu-memory.limit": "3Gi"},
+     {REQUEST.format("container-0"): "2000Mi", LIMIT.format("container-0"): "3Gi"}),
+    ({"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75"}, {PORTION_LIMIT.format("container-0"): "0.75"}),
+    ({"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75", "gpu-fraction-container-name": "container-1"},
+     {PORTION_LIMIT.format("container-1"): "0.75"}),
+    # A target already there with the same text is no conflict.
+    ({"gpu-memory": "2000", "gpu-memory.limit": "3Gi", LIMIT.format("container-0"): "3Gi"},
+     {REQUEST.format("container-0"): "2000Mi"}),
+])
+def test_the_limit_shorthands_become_the_fraction_containers_limits_and_the_pod_then_validates(annotations, added):
+    mutated = pod(annotations, containers=("container-0", "container-1"))
+    NvFractions(BINDER).mutate(mutated)
+    assert mutated["metadata"]["annotations"] == {**annotations, **added}
+    NvFractions(BINDER).validate(mutated)
+
+
+@pytest.mark.parametrize(("annotations", "message"), [
+    ({"gpu-memory": "4096", REQUEST.format("container-0"): "1Gi"},
+     "gpu-memory annotation conflicts with nvidia.com/container.container-0.gpu-memory.request annotation"),
+    # Compared as text, as the reference compares them: 4096Mi is 4Gi, and still a conflict.
+    ({"gpu-memory": "4096", REQUEST.format("container-0"): "4096Mi"},
+     "gpu-memory annotation conflicts with nvidia.com/container.container-0.gpu-memory.request annotation"),
+    ({"gpu-memory": "2000", "gpu-memory.limit": "3Gi", LIMIT.format("container-0"): "4Gi"},
+     "gpu-memory.limit annotation conflicts with nvidia.com/container.container-0.gpu-memory.limit annotation"),
+    ({"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75", PORTION_LIMIT.format("container-0"): "0.8"},
+     "gpu-fraction.limit annotation conflicts with kai.scheduler/container.container-0.gpu-memory.portion.limit "
+     "annotation"),
+])
+def test_a_shorthand_that_conflicts_with_an_annotation_already_there_is_refused(annotations, message):
+    assert denial(NvFractions(BINDER).mutate, pod(annotations)) == message
 
 
 @pytest.mark.parametrize("annotations", [
