@@ -32,12 +32,14 @@ NV_FRACTIONS = "nv-fractions"
 REQUEST = "request"
 LIMIT = "limit"
 COMPUTE_MODE = "compute-mode"
+COMPUTE_PORTION = "compute-portion"
 DEVICES = "devices"
 _SUFFIXES = (
     (names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX, REQUEST),
     (names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX, LIMIT),
     (names.GPU_COMPUTE_MODE_SUFFIX, COMPUTE_MODE),
     (names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX, DEVICES),
+    (names.GPU_COMPUTE_PORTION_SUFFIX, COMPUTE_PORTION),
 )
 
 MSG_NUM_DEVICES_VALUE = "fraction count annotation value must be a positive integer greater than 0"
@@ -117,6 +119,8 @@ def nvfractions_data(annotations: Mapping[str, str]) -> dict[str, ContainerReque
         if not key.startswith(names.NVFRACTIONS_ANNOTATION_PREFIX) or is_devices_annotation(key):
             continue
         container, kind = parse_key(key)
+        if kind == COMPUTE_PORTION:
+            continue  # v0.20's, passed through: it names the container (container rules) but requests nothing
         entry = data.setdefault(container, ContainerRequest())
         value = annotations[key]
         if kind == COMPUTE_MODE:

@@ -21,6 +21,9 @@ NVFRACTIONS_MEMORY_REQUEST_SUFFIX = ".gpu-memory.request"
 NVFRACTIONS_MEMORY_LIMIT_SUFFIX = ".gpu-memory.limit"
 NVFRACTIONS_VISIBLE_DEVICES_SUFFIX = ".gpus.devices"  # written by the binder only
 GPU_COMPUTE_MODE_SUFFIX = ".gpu-compute.mode"
+# Planned for KAI v0.20: the container's share of the GPU's compute, written at bind. Not read; passed through, where
+# KAI v0.18.3 would refuse the pod for an unknown NvFractions key.
+GPU_COMPUTE_PORTION_SUFFIX = ".gpu-compute.portion"
 # KAI v0.18.3: `kai.scheduler/container.<container>.gpu-memory.portion.limit`, a fraction of the GPU's memory.
 KAI_CONTAINER_ANNOTATION_PREFIX = "kai.scheduler/container."
 GPU_MEMORY_PORTION_LIMIT_SUFFIX = ".gpu-memory.portion.limit"
@@ -46,6 +49,9 @@ KAI_CONTRACTS = (KAI_CONTRACT_V018, KAI_CONTRACT_V017)
 # Pod annotations written by the binder.
 RECEIVED_RESOURCE_TYPE = "received-resource-type"
 NUMA_PLACEMENT_PREDICTED = "kai.scheduler/numa-placement-predicted"
+# Not the binder's: KAI's NUMA placement exporter (v0.18.3) writes these on running pods; fracgpu leaves them be.
+NUMA_PLACEMENT_OBSERVED = "kai.scheduler/numa-placement-observed"
+NUMA_MEMORY_GROUPS_OBSERVED = "kai.scheduler/numa-memory-groups-observed"
 
 # Pod labels written by the binder; the scheduler rebuilds GPU groups from them.
 GPU_GROUP_LABEL = "runai-gpu-group"

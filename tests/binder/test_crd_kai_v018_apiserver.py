@@ -30,6 +30,11 @@ SPECS = {
         "podName": "p", "selectedNode": "n1", "receivedResourceType": "Fraction",
         "receivedGPU": {"count": 1, "portion": "0.5", "computePortion": "0.5"}, "selectedGPUGroups": ["g1"],
         "selectedFractionalGpuGroups": [{"id": "g1", "computeSharingMode": "time-slicing"}], "backoffLimit": 3},
+    # v0.20 (planned): a compute portion of its own beside the memory portion; kept whole, never read.
+    "v0.20 compute portion": {
+        "podName": "p", "selectedNode": "n1", "receivedResourceType": "Fraction",
+        "receivedGPU": {"count": 1, "portion": "0.25", "computePortion": "0.75"},
+        "selectedFractionalGpuGroups": [{"id": "g1", "computeSharingMode": "sm-sharing"}]},
     "v0.17 fraction": {
         "podName": "p", "selectedNode": "n1", "receivedResourceType": "Fraction",
         "receivedGPU": {"count": 1, "portion": "0.50"}, "selectedGPUGroups": ["g1"]},

@@ -111,15 +111,27 @@ def test_nvfractions_mode_writes_the_devices_and_memory_request_before_the_bindi
     assert get_bind_request(kube, namespace, "nv")["status"]["phase"] == names.PHASE_SUCCEEDED
 
 
+# What other KAI components write passes through the bind untouched: the NUMA exporter's observed annotations
+# (v0.18.3), v0.20's planned compute portion on the pod and in the BindRequest.
+PASSED_THROUGH = {
+    names.NUMA_PLACEMENT_OBSERVED: '[{"zone":"node-0","amount":{"nvidia.com/gpu":"1"}}]',
+    names.NUMA_MEMORY_GROUPS_OBSERVED: "null",
+    "nvidia.com/container.main.gpu-compute.portion": "0.2",
+}
+
+
 def test_v0183_gpusharing_writes_the_memory_request_before_the_binding(
         binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
     node = make_gpu_node(gpu_memory_mib=40960)["metadata"]["name"]
-    make_pod(kube, namespace, "gs", fraction="0.2")
+    make_pod(kube, namespace, "gs", fraction="0.2", extra_annotations=PASSED_THROUGH)
     binder()  # --kai-contract v0.18 is the default
-    make_bind_request(kube, namespace, "gs", node, fraction_groups=["gs1"], portion="0.2")
+    received = {"count": 1, "portion": "0.2", "computePortion": "0.2"}
+    make_bind_request(kube, namespace, "gs", node, fraction_groups=["gs1"], spec_extra={"receivedGPU": received})
     wait_phase(kube, namespace, "gs", names.PHASE_SUCCEEDED)
     bound = kube.get(pod_path(namespace, "gs"))
     assert bound["metadata"]["annotations"]["nvidia.com/container.main.gpu-memory.request"] == "8Gi"
+    assert {key: bound["metadata"]["annotations"].get(key) for key in PASSED_THROUGH} == PASSED_THROUGH
+    assert get_bind_request(kube, namespace, "gs")["spec"]["receivedGPU"] == received
     gpu = reservation_gpu(kube, reservation_namespace, node, "gs1")
     assert configmaps(kube, namespace, "gs")["gs-bcd2345-shared-gpu-0"]["data"][names.NVIDIA_VISIBLE_DEVICES] == gpu
 
