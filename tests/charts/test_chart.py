@@ -71,6 +71,8 @@ def test_chart_renders_exactly_what_kustomize_renders(mode):
     ("monitoring.enable=true", "additional properties 'enable' not allowed"),
     ("monitoring.dashboard.label.x=1", "additional properties 'label' not allowed"),
     ("monitoring.labels.release=kube prometheus", "release"),
+    ("kaiContract=v0.19", "kaiContract"),
+    ("nriPluginEnabled=yes", "nriPluginEnabled"),
 ])
 def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
     result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
@@ -203,4 +205,21 @@ def test_the_gpu_sharing_mode_reaches_the_webhook_and_the_binder(tmp_path):
     default = helm_template([])
     for name in ("fracgpu-admission", "fracgpu-binder"):
         assert not any(arg.startswith("--gpu-sharing-mode") for arg in
+                       container_args(default, find(default, "Deployment", name)))
+
+
+@pytest.mark.parametrize(("values", "args"), [
+    ("kaiContract: v0.17\n", ["--kai-contract=v0.17"]),
+    ("kaiContract: v0.18\nnriPluginEnabled: true\n", ["--kai-contract=v0.18", "--nri-plugin-enabled=true"]),
+])
+def test_the_kai_contract_and_the_nri_plugin_reach_the_webhook_and_the_binder(tmp_path, values, args):
+    path = tmp_path / "contract.yaml"
+    path.write_text(values)
+    documents = helm_template([path])
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        given = container_args(documents, find(documents, "Deployment", name))
+        assert [arg for arg in given if arg.startswith(("--kai-contract", "--nri-plugin-enabled"))] == args
+    default = helm_template([])
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        assert not any(arg.startswith(("--kai-contract", "--nri-plugin-enabled")) for arg in
                        container_args(default, find(default, "Deployment", name)))
