@@ -292,8 +292,9 @@ def test_a_reservation_pod_this_binder_deleted_is_never_read_back_from_the_cache
     from binder.reservation.service import ReservationService
 
     class Deletes:
-        def delete(self, path, body=None):
-            self.deleted = (path, body)
+        def delete_exact(self, path, uid, grace_seconds=None):
+            self.deleted = (path, uid, grace_seconds)
+            return True
 
     shown = reservation_for("g")
     service = ReservationService(Deletes(), ReservationSettings(namespace="rsv"), FakeCacheReads([shown]))
