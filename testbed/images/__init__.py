@@ -34,6 +34,7 @@ from testbed.realnodes.images import ARCHITECTURES, Image, ImageBuildError
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = Path(os.environ.get("FRACGPU_IMAGE_CACHE", Path.home() / ".cache" / "fracgpu" / "dockerfile-images"))
 TARGETS = ("fracgpu", "reservation")  # the Dockerfile's stages that are images
+STALE_AFTER_S = 600
 REPOSITORIES = {"fracgpu": "docker.io/fracgpu/fracgpu", "reservation": "docker.io/fracgpu/fracgpu-reservation"}
 
 
@@ -85,9 +86,11 @@ def _build_locked(cache: Path, report: Callable[[str], None]) -> dict[str, Image
                 buildah.remove_image(tag)
             os.replace(partial, archives[target])  # atomic: a reader sees no archive or a whole one
             report(f"{names[target]} built in {time.monotonic() - began:.0f} s: {archives[target]}")
-    for target in TARGETS:  # older builds of the same image
+    # Older builds of the same image go, once no one can still be about to import them: another test run on this
+    # machine may have been handed one a moment before this build replaced it.
+    for target in TARGETS:
         for stale in cache.glob(f"{_slug(names[target])}-*.tar"):
-            if stale != archives[target]:
+            if stale != archives[target] and stale.stat().st_mtime < time.time() - STALE_AFTER_S:
                 stale.unlink(missing_ok=True)
     return {target: Image(names[target], archives[target]) for target in TARGETS}
 

@@ -8,6 +8,7 @@ fails at once, naming the image.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 from testbed.realnodes.images import ImageBuildError
 
 INSTALL = "make image-tools (tools/install-image-tools.sh: apt-get install buildah mmdebstrap)"
-RUNROOT = Path("/run/fracgpu-buildah")  # buildah's run-time state (locks, mounts): not worth keeping across boots
+# buildah's run-time state (locks, mounts), not worth keeping across boots; one per storage, as two storages sharing
+# a run root would share its lock files and mount records.
+RUNROOT = Path("/run/fracgpu-buildah")
 
 
 def tool(name: str) -> str:
@@ -42,7 +45,8 @@ class Buildah:
     """buildah with the image cache's own storage."""
 
     def __init__(self, storage: Path) -> None:
-        self.argv = [tool("buildah"), "--storage-driver", "vfs", "--root", str(storage), "--runroot", str(RUNROOT)]
+        runroot = RUNROOT / hashlib.sha256(str(storage.resolve()).encode()).hexdigest()[:16]
+        self.argv = [tool("buildah"), "--storage-driver", "vfs", "--root", str(storage), "--runroot", str(runroot)]
 
     def version(self) -> str:
         return run([*self.argv, "--version"], "buildah --version", INSTALL).strip()

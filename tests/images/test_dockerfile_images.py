@@ -147,12 +147,15 @@ def test_the_build_trusts_this_machine_without_baking_its_pip_settings_in(images
                             assert digest not in host, f"{image.name} holds {host.get(digest)} as {member.name}"
 
 
-def test_unchanged_inputs_reuse_the_archives(images: dict[str, Image]) -> None:
+def test_unchanged_inputs_reuse_the_archives() -> None:
+    # Two calls back to back: on a shared working tree another developer's edit may change the inputs between the
+    # module's first build and this test, but hardly within the half second between these two calls.
+    first = build_images()
     started = time.monotonic()
     again = build_images()
     seconds = time.monotonic() - started
     print(f"cached build: {seconds:.1f} s")
-    assert again == images and seconds < 15
+    assert again == first and seconds < 15
 
 
 def test_a_missing_builder_stops_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
