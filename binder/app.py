@@ -45,7 +45,8 @@ def default_lease_namespace() -> str:
     return own_namespace(names.DEFAULT_NAMESPACE)
 
 
-def build_reservation(client: KubeClient, settings: Settings, caches: Caches, metrics: BinderMetrics) -> Any:
+def build_reservation(client: KubeClient, settings: Settings, caches: Caches, metrics: BinderMetrics,
+                      on_orphan_deleted: Any = None) -> Any:
     from binder.reservation.lookups import ApiReads, BindRequestConfirmation, CacheReads
     from binder.reservation.service import ReservationService
 
@@ -53,7 +54,7 @@ def build_reservation(client: KubeClient, settings: Settings, caches: Caches, me
         ApiReads(client), caches.bindrequests,
         on_confirmed=lambda source: metrics.gc_confirmations.labels(source=source).inc())
     return ReservationService(client, settings.reservation, CacheReads(caches), confirmation,
-                              park_waits=settings.park_reservation_waits)
+                              park_waits=settings.park_reservation_waits, on_orphan_deleted=on_orphan_deleted)
 
 
 class BinderApp:
@@ -79,7 +80,8 @@ class BinderApp:
                 lambda informer=informer: 1.0 if informer.synced else 0.0)
         # Built before the controller: the reservation reads' pod handler (the namespace change counter) must run
         # before the controller's wake-up handler for the same event, or a bind parking just then misses both.
-        self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics)
+        self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics,
+                                                            self._orphan_deleted)
         self.record_event = EventRecorder(client.background(), self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
         # As many report writers as bind workers: each report is two writes in a row (condition, status), and with
@@ -113,6 +115,14 @@ class BinderApp:
         self.lost_lease = False
         self.controller.watch()
         self.groups.watch()
+
+    def _orphan_deleted(self, pod: dict[str, Any], group: str) -> None:
+        """A running fraction pod was deleted because its GPU's reservation pod went away: a Warning event on it
+        and a metric, beside the log line, so that an operator sees a workload lost its GPU."""
+        self.metrics.orphans_deleted.inc()
+        self.record_event(pod, "Warning", names.REASON_GPU_RESERVATION_LOST,
+                          f"deleted: the reservation pod of GPU group {group} on this node went away (evicted, "
+                          "preempted or deleted), so nothing holds the GPU this pod ran on")
 
     def _backoff(self) -> ExponentialBackoff:
         return ExponentialBackoff(self.settings.rate_limiter_base_delay_s, self.settings.rate_limiter_max_delay_s)

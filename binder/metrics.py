@@ -57,6 +57,10 @@ class BinderMetrics:
             "fracgpu_binder_informer_synced",
             "1 once the informer of this resource has listed it and its cache can be used; 0 while it waits "
             "(the log and /readyz say why)", ["resource"], registry=r)
+        self.orphans_deleted = Counter(
+            "fracgpu_binder_orphaned_fraction_pods_deleted",
+            "Fraction pods deleted because the reservation pod of their GPU group went away under them (evicted, "
+            "preempted or deleted): each is a workload that lost its GPU", registry=r)
         self.group_syncs = Counter("fracgpu_binder_gpu_group_syncs", "GPU-group reservation syncs by outcome",
                                    ["outcome"], registry=r)
         self.gc_confirmations = Counter(

@@ -105,6 +105,8 @@ POD_BOUND_CONDITION = "PodBound"
 BINDREQUEST_SELECTED_NODE_LABEL = "selected-node"
 REASON_BOUND = "Bound"
 REASON_BINDING_ERROR = "BindingError"
+# Ours: a running fraction pod deleted because its GPU group's reservation pod went away under it.
+REASON_GPU_RESERVATION_LOST = "GPUReservationLost"
 
 # Defaults shared by both programs.
 DEFAULT_SCHEDULER_NAME = "kai-scheduler"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from binder.reservation import gc
@@ -65,14 +66,16 @@ def gpu_id_of(reservation_pod: Obj) -> str:
 class ReservationService:
     def __init__(self, client: KubeClient, settings: ReservationSettings,
                  reads: ReservationReads | None = None, confirmation: BindRequestConfirmation | None = None,
-                 park_waits: bool = False) -> None:
+                 park_waits: bool = False, on_orphan_deleted: Callable[[Obj, str], None] | None = None) -> None:
         """`reads`: where candidate reads come from (CacheReads over the informers); None = the API server.
         `confirmation`: how the GC confirms a group's BindRequests before a delete; None = list them all.
         `park_waits`: a reservation pod without its GPU id raises ReservationPending instead of holding the
-        caller (a bind worker) until the kubelet has started it; the caller comes back and the wait resumes."""
+        caller (a bind worker) until the kubelet has started it; the caller comes back and the wait resumes.
+        `on_orphan_deleted(pod, group)`: a fraction pod was deleted as its reservation pod went away under it."""
         self.client = client
         self.settings = settings
         self.park_waits = park_waits
+        self.on_orphan_deleted = on_orphan_deleted
         # A reservation pod waited on is not garbage-collected as unused before its allocation timeout: its fraction
         # pod is not labelled yet, and its BindRequest may be a Failed one being retried, which does not count as
         # active.
@@ -174,8 +177,11 @@ class ReservationService:
         for user in group_pods.bound_users:
             if _meta(user).get("uid") == keep or _meta(user).get("deletionTimestamp"):
                 continue
-            log.warning("Warning: Found pod without reservation, deleting", extra=_log_fields(user, group))
+            # The reference's warning reads like routine GC; it is not: a workload loses its GPU (on_orphan_deleted).
+            log.error("Warning: Found pod without reservation, deleting", extra=_log_fields(user, group))
             self._delete_pod(user, grace_zero=False)
+            if self.on_orphan_deleted is not None:
+                self.on_orphan_deleted(user, group)
 
     def _delete_pod(self, pod: Obj, *, grace_zero: bool) -> None:
         """Delete exactly this pod (uid precondition); already gone or replaced is fine."""

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from binder_e2e_kit import exists, make_bind_request, make_pod, pod_condition, reservation_name, wait_for, wait_phase
+from binder_e2e_kit import (
+    events_for,
+    exists,
+    make_bind_request,
+    make_pod,
+    pod_condition,
+    reservation_name,
+    wait_for,
+    wait_phase,
+)
 
 from common import names
 from common.kube.client import KubeClient, pod_path
@@ -98,3 +107,24 @@ def test_start_up_sync_collects_unused_reservations_and_orphaned_fraction_pods(
         kube, pod_path(reservation_namespace, unused["metadata"]["name"])))
     wait_for("orphaned Running fraction pod deleted", lambda: gone_or_terminating(
         kube, pod_path(namespace, orphan["metadata"]["name"])))
+
+
+def test_a_fraction_pod_whose_reservation_pod_went_away_is_deleted_loudly(
+        binder, kube, kube_admin, namespace, reservation_namespace, make_gpu_node, node_player):
+    """A reservation pod evicted or preempted under a running fraction pod: the kubelet may hand that GPU to anyone,
+    so the binder deletes the pod (the reference's rule), and says so where an operator looks: a Warning event on
+    the pod, an error log line and fracgpu_binder_orphaned_fraction_pods_deleted_total (issue 33 item 4)."""
+    node = make_gpu_node()["metadata"]["name"]
+    app = binder()
+    bind_fraction(kube, namespace, node, "victim", ["gv"])
+    set_pod_running(kube_admin, namespace, "victim")
+    kube.delete(pod_path(reservation_namespace, reservation_name(node, "gv")), params={"gracePeriodSeconds": "0"})
+    wait_for("the reservation pod gone", lambda: not exists(kube, pod_path(reservation_namespace,
+                                                                           reservation_name(node, "gv"))))
+    bind_fraction(kube, namespace, node, "next", ["gn"])  # the next bind on the node syncs its groups
+    wait_for("the fraction pod without a reservation deleted",
+             lambda: gone_or_terminating(kube, pod_path(namespace, "victim")))
+    event = wait_for("its Warning event", lambda: next(
+        (e for e in events_for(kube, namespace, "victim") if e["reason"] == names.REASON_GPU_RESERVATION_LOST), None))
+    assert event["type"] == "Warning" and "gv" in event["message"]
+    assert app.metrics.orphans_deleted._value.get() == 1
