@@ -22,6 +22,7 @@ import yaml
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.endpoint_policy import allow_webhook_services
 from testbed.programs.procs import free_ports, spawn, terminate
+from testbed.realnodes.clusterdns import ClusterDNS
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
 from testbed.realnodes.images import Image, build_all
 from testbed.realnodes.incluster import (
@@ -57,6 +58,7 @@ class RealCluster:
         self.nodes: list[RealNode] = []
         self._kube_proxy: subprocess.Popen[bytes] | None = None
         self._scheduler: subprocess.Popen[bytes] | None = None  # in_cluster: the default kube-scheduler
+        self._dns: ClusterDNS | None = None  # in_cluster: Service names for pods
         self.startup_seconds: dict[str, float] = {}
 
     def __enter__(self) -> RealCluster:
@@ -110,6 +112,7 @@ class RealCluster:
             self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout)
             with self.session() as session:  # webhooks by Service, whose endpoints can only be on this machine
                 allow_webhook_services(session, self.plane.url, (POD_CIDR, f"{API_ADDRESS}/32"))
+            self._dns = ClusterDNS(API_ADDRESS, self.plane.url, self.session())
         with self.session() as session:
             response = session.post(f"{self.plane.url}/apis/node.k8s.io/v1/runtimeclasses", timeout=30, json={
                 "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
@@ -148,7 +151,8 @@ class RealCluster:
     def _start_nodes(self) -> None:
         assert self.binaries is not None
         self.nodes = [RealNode(name, i, self.workdir / "nodes", self.binaries, self.images,
-                               self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib)
+                               self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib,
+                               API_ADDRESS if self._dns else None)
                       for i, name in enumerate(self.node_names)]
         for node in self.nodes:
             node.launch()
@@ -193,6 +197,9 @@ class RealCluster:
             self._kube_proxy = None
             assert self.binaries is not None
             subprocess.run([str(self.binaries.kube_proxy), "--cleanup"], capture_output=True, timeout=60)
+        if self._dns is not None:
+            self._dns.stop()
+            self._dns = None
         if self._scheduler is not None:
             terminate(self._scheduler)
             self._scheduler.wait()

@@ -58,7 +58,8 @@ def pod_subnet(index: int) -> str:
 
 class RealNode:
     def __init__(self, name: str, index: int, workdir: Path, binaries: NodeBinaries, images: list[Image],
-                 kubeconfig: Path, gpus: int = 4, gpu_memory_mib: int = 40960) -> None:
+                 kubeconfig: Path, gpus: int = 4, gpu_memory_mib: int = 40960, cluster_dns: str | None = None) -> None:
+        self.cluster_dns = cluster_dns  # the cluster DNS server pods are given (in-cluster mode), or none
         self.name = name
         self.index = index
         self.dir = workdir / name
@@ -150,6 +151,7 @@ class RealNode:
             "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
             "serializeImagePulls": False, "shutdownGracePeriod": "0s",
             "maxPods": 60,
+            **({"clusterDNS": [self.cluster_dns], "clusterDomain": "cluster.local"} if self.cluster_dns else {}),
         }
 
     def _spec(self) -> dict[str, Any]:

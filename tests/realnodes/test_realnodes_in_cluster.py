@@ -1,7 +1,7 @@
 """The real-node cluster as an operator's cluster (testbed/realnodes/incluster.py): Deployments roll out through
-their controllers, a Service gets its ready endpoint from a kubelet's probe, Jobs complete, and every image the chart
-names runs from the copy imported into the nodes' containerd, with pull policy IfNotPresent. An image that is not
-there fails its pull at once, naming it, and nothing goes to a registry."""
+their controllers, a Service gets its ready endpoint from a kubelet's probe and pods reach it by name, Jobs
+complete, and every image the chart names runs from the copy imported into the nodes' containerd, with pull policy
+IfNotPresent. An image that is not there fails its pull at once, naming it, and nothing goes to a registry."""
 
 from __future__ import annotations
 
@@ -116,6 +116,17 @@ def test_a_deployment_rolls_out_and_its_service_gets_the_ready_endpoint(api: cli
                if event.reason == "FailedToUpdateEndpointSlices"]
     assert not refused, refused  # the endpoint policy admits what the controller writes, empty slices included
     print(f"Deployment available with its endpoints in {time.monotonic() - started:.1f} s")
+    # A pod reaches it by Service name: the cluster DNS (its search path gives `web`) and kube-proxy's rules.
+    fetch = (f"import socket, urllib.request; print(socket.gethostbyname('web.{namespace}.svc.cluster.local'), "
+             "urllib.request.urlopen('http://web/', timeout=10).status)")
+    client_spec = pod_spec(container("client", IMAGES["fracgpu"], command=["python", "-c", fetch]), restart="Never")
+    core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+                                           "spec": client_spec})
+    wait_for("the client pod to finish", lambda: core.read_namespaced_pod("client", namespace).status.phase
+             in ("Succeeded", "Failed"), timeout=60, interval=1)
+    printed = core.read_namespaced_pod_log("client", namespace).split()
+    cluster_ip = core.read_namespaced_service("web", namespace).spec.cluster_ip
+    assert printed == [cluster_ip, "200"], printed
 
 
 def test_an_image_no_node_has_fails_its_pull_at_once_naming_it(api: client.ApiClient, namespace: str) -> None:
