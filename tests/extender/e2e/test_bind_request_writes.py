@@ -54,17 +54,27 @@ def test_a_bind_request_of_a_replaced_pod_is_replaced(binds, namespace):
     assert bindrequest.owner_pod_uid(created) == "uid-of-the-pod-now"
 
 
-def test_a_create_whose_answer_was_lost_gets_the_bind_request_it_wrote(control_plane, stock_crds, namespace, tmp_path):
+def a_pod_uid(client: KubeClient, namespace: str) -> str:
+    """The uid of a pod that exists: a BindRequest owned by a uid no pod has is the owner garbage collector's to
+    delete, and the session's control plane runs one once any test has asked for it."""
+    pod = client.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "fracgpu.invalid/never-pulled"}]}})
+    return pod["metadata"]["uid"]
+
+
+def test_a_create_whose_answer_was_lost_gets_the_bind_request_it_wrote(binds, namespace, tmp_path, control_plane):
     """The write committed and the answer never came: bind waits on what it wrote (counted, the pod's placement)
     instead of failing with a BindRequest nobody counts until the cache shows it."""
+    pod_uid = a_pod_uid(binds.client, namespace)
     proxy = HttpFaultProxy(control_plane.url, control_plane.ca_file, control_plane.admin.token).start()
     try:
         lost = proxy.drop_answer("POST", f"{bindrequest_path(namespace)}$")
-        binds = api_bind_requests(proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig"))
-        created = binds.create(written_for(namespace, "uid-of-the-pod"))
+        proxied = api_bind_requests(proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig"))
+        created = proxied.create(written_for(namespace, pod_uid))
         stored = binds.client.get(bindrequest_path(namespace, "p"))
         assert created["metadata"]["uid"] == stored["metadata"]["uid"]
         assert lost.hits == 1
-        binds.client.close()
+        proxied.client.close()
     finally:
         proxy.stop()

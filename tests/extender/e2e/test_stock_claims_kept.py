@@ -106,8 +106,9 @@ def test_a_pod_whose_bind_request_is_deleted_during_the_bind_wait_is_placed_anew
 
 def test_a_failed_bind_request_of_a_pod_that_went_is_deleted_within_a_bounded_time(stock_bed):
     """The bind call timed out (the BindRequest stood, so it stayed), the pod was deleted, and the binder then failed
-    the BindRequest for good: nothing else would ever delete it where the owner garbage collector does not run (as
-    on this test bed) or a BindRequest has no owner reference."""
+    the BindRequest for good: nothing else would ever delete it where the owner garbage collector does not run or a
+    BindRequest has no owner reference. Its owner reference is taken away here, so that a garbage collector the
+    session's control plane may run by then (tests/apiserver asks for one) cannot delete it for the extender."""
     bed = stock_bed
     bed.add_node(gpus=1)
     bed.create("probe")
@@ -117,6 +118,7 @@ def test_a_failed_bind_request_of_a_pod_that_went_is_deleted_within_a_bounded_ti
     bed.player.paused = True  # reservation pods never report a GPU: the binder fails after its allocation timeout
     bed.create("doomed", {"gpu-fraction": "0.6"})
     wait_for("the pod placed", lambda: bind_request_of(bed, "doomed"), timeout=30, interval=0.2)
+    bed.kube.patch(bindrequest_path(bed.namespace, "doomed"), {"metadata": {"ownerReferences": None}})
     bed.scheduler.stop()  # no retry starts another bind call that would wait on the BindRequest
     time.sleep(3)  # the bind call has timed out: its BindRequest stands, nobody waits on it
     bed.kube.delete(pod_path(bed.namespace, "doomed"), params={"gracePeriodSeconds": "0"})
