@@ -9,7 +9,7 @@ A GPU group lives on one node for its whole life: the node of its reservation po
 names on another node still counts there (a device may be in use), but no pod is placed into it there.
 
 A GPU group's pods share its compute one way (KAI v0.18's compute sharing modes). Every claim that names a group
-gives it a mode (extender/claims.py): its BindRequests, its reservation pod, its member pods and our own decisions.
+gives it a mode (common/gpuclaims.py): its BindRequests, its reservation pod, its member pods and our own decisions.
 A group takes the mode they all give it, on any node; where two give different modes it is MIXED_MODES and nobody
 joins it — so a group whose mode one source misreads can only be joined by nobody, never by a pod of another mode.
 
@@ -17,6 +17,9 @@ Readers (filter, prioritize) take no lock: each node's claims are replaced whole
 view is cached until its claims change. Writers (informer handlers, bind) hold a short lock; bind holds the
 node's own lock from its final check to its reservation, so two binds to one node cannot both take the last
 share or the last device (`bind_lock`).
+
+It stays one module past 400 lines: every write keeps the same maps (claims by source, where each claims, groups'
+homes and modes, pending decisions) consistent under one lock, and split the invariants between them would span files.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from common import bindrequest, names
@@ -49,6 +53,22 @@ from extender.residues import Residues
 # Our own decision outlives its bind call only when the call could not tell where its BindRequest stands; it is
 # dropped after this long at the latest (the BindRequest, if any, counts by itself).
 PENDING_TTL_S = 600.0
+
+
+class ClaimKind(StrEnum):
+    """What a claim in the ledger comes from; its source key is `<kind>/<name>`, so two kinds never share a key."""
+
+    POD = "pod"  # a pod the cache shows, by member (namespace/name)
+    BIND_REQUEST = "br"  # a BindRequest, by namespace/name
+    PENDING = "pending"  # our own decision while its bind call runs, by member
+    RESIDUE = "residue"  # a reservation pod a finished BindRequest may have left (extender/residues.py), by group
+
+    def key(self, name: str) -> str:
+        return f"{self.value}/{name}"
+
+
+def _bind_request_source(bind_request: dict[str, Any]) -> str:
+    return ClaimKind.BIND_REQUEST.key(f"{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}")
 
 
 @dataclass
@@ -134,7 +154,7 @@ class Ledger:
         with self._write:
             sources = list(self._bind_requests_of.get(member, ()))
             found = [self._bind_requests[source] for source in sources]
-            awaited = self._awaiting.get(f"pending/{member}")
+            awaited = self._awaiting.get(ClaimKind.PENDING.key(member))
         for bind_request in [*found, *([awaited] if awaited is not None else [])]:
             owner = bindrequest.owner_pod_uid(bind_request)
             if bindrequest.failed_for_good(bind_request) or (owner and pod_uid and owner != pod_uid):
@@ -145,7 +165,7 @@ class Ledger:
     def deciding(self, namespace: str, pod_name: str) -> bool:
         """Whether a decision of ours still counts for this pod (its bind call runs, or its BindRequest is not in
         the cache yet)."""
-        return f"pending/{member_of(namespace, pod_name)}" in self._pending_since
+        return ClaimKind.PENDING.key(member_of(namespace, pod_name)) in self._pending_since
 
     # -- informer events --------------------------------------------------------------------------------------
 
@@ -183,7 +203,7 @@ class Ledger:
             self._pods[member] = state
             if meta(pod).get("namespace") == self.reservation_namespace:
                 self._set_home(pod, state)
-            self._set_claim(f"pod/{member}", state.node if claim else None, claim)
+            self._set_claim(ClaimKind.POD.key(member), state.node if claim else None, claim)
             self._refresh_bind_requests(member)
             self._settle_awaiting(member)
             self._pod_cache_moved(pod, reservation_gone=False)
@@ -196,14 +216,14 @@ class Ledger:
                 self._gone[str(meta(pod)["uid"])] = self._clock()
             if meta(pod).get("namespace") == self.reservation_namespace:
                 self._set_home(pod, None)
-            self._set_claim(f"pod/{member}", None, None)
+            self._set_claim(ClaimKind.POD.key(member), None, None)
             self._refresh_bind_requests(member)
-            if f"pending/{member}" in self._awaiting:
-                self._forget_pending(f"pending/{member}")  # the pod is gone: its decision is over
+            if ClaimKind.PENDING.key(member) in self._awaiting:
+                self._forget_pending(ClaimKind.PENDING.key(member))  # the pod is gone: its decision is over
             self._pod_cache_moved(pod, reservation_gone=True)
 
     def upsert_bind_request(self, bind_request: Mapping[str, Any]) -> None:
-        source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
+        source = _bind_request_source(bind_request)
         member = bind_request_member(bind_request)
         with self._write:
             previous = self._bind_requests.get(source)
@@ -218,7 +238,7 @@ class Ledger:
                 self._leave_residues(bind_request)
 
     def delete_bind_request(self, bind_request: Mapping[str, Any]) -> None:
-        source = f"br/{meta(bind_request).get('namespace')}/{meta(bind_request).get('name')}"
+        source = _bind_request_source(bind_request)
         with self._write:
             previous = self._bind_requests.pop(source, None)
             if previous is not None:
@@ -230,10 +250,10 @@ class Ledger:
             if previous is None or not bindrequest.failed_for_good(previous):  # else left when it failed
                 self._leave_residues(bind_request)
             # A decision that stood for this very BindRequest (its bind call is over) holds nothing once it is gone.
-            awaited = self._awaiting.get(f"pending/{bind_request_member(bind_request)}")
+            awaited = self._awaiting.get(ClaimKind.PENDING.key(bind_request_member(bind_request)))
             uid = meta(bind_request).get("uid")
             if awaited is not None and uid and meta(awaited).get("uid") == uid:
-                self._forget_pending(f"pending/{bind_request_member(bind_request)}")
+                self._forget_pending(ClaimKind.PENDING.key(bind_request_member(bind_request)))
 
     # -- our own decisions ------------------------------------------------------------------------------------
 
@@ -272,7 +292,7 @@ class Ledger:
         """Count a decision while its bind call runs (dropped by `release`, or by `expire_pending`); `modes`: the
         compute sharing mode of each group (time-slicing where not named)."""
         member = member_of(namespace, pod_name)
-        source = f"pending/{member}"
+        source = ClaimKind.PENDING.key(member)
         with self._write:
             self._awaiting.pop(source, None)  # a new decision: an earlier one's BindRequest no longer settles it
             self._set_claim(source, node, Claim(member, whole=whole, groups=dict(groups), modes=dict(modes or {})))
@@ -283,7 +303,7 @@ class Ledger:
         the decision is that BindRequest's, and counts (and stands) until the cache shows that BindRequest, or the
         pod bound or gone, so that nothing is uncounted in between."""
         member = member_of(namespace, pod_name)
-        source = f"pending/{member}"
+        source = ClaimKind.PENDING.key(member)
         uid = str(meta(bind_request).get("uid") or "") if bind_request is not None else ""
         with self._write:
             if uid and source in self._pending_since and not self._seen(member, uid):
@@ -298,7 +318,7 @@ class Ledger:
         member = member_of(namespace, pod_name)
         with self._write:
             if outcome is None:
-                self._forget_pending(f"pending/{member}")
+                self._forget_pending(ClaimKind.PENDING.key(member))
                 return
             node, claim = outcome
             self.reserve(namespace, pod_name, node, claim.groups, whole=claim.whole, modes=claim.modes)
@@ -318,7 +338,7 @@ class Ledger:
             for uid in [uid for uid, at in self._gone.items() if now - at > PENDING_TTL_S]:
                 del self._gone[uid]
             for group in self._residues.expired(now, PENDING_TTL_S):
-                self._set_claim(f"residue/{group}", None, None)
+                self._set_claim(ClaimKind.RESIDUE.key(group), None, None)
         stale = [source for source, since in list(self._pending_since.items()) if now - since > PENDING_TTL_S]
         for source in stale:
             self._forget_pending(source)
@@ -333,7 +353,7 @@ class Ledger:
                 self._set_claim(source, None, None)
 
     def _settle_awaiting(self, member: str) -> None:
-        source = f"pending/{member}"
+        source = ClaimKind.PENDING.key(member)
         awaited = self._awaiting.get(source)
         if awaited is not None and self._seen(member, str(meta(awaited).get("uid") or "")):
             self._forget_pending(source)
@@ -357,11 +377,12 @@ class Ledger:
         modes = bind_request_modes(bind_request) if left else {}
         for group, node in left.items():
             mode = modes.get(group, names.COMPUTE_TIME_SLICING)
-            self._set_claim(f"residue/{group}", node, Claim(f"residue/{group}", groups={group: 0}, modes={group: mode}))
+            source = ClaimKind.RESIDUE.key(group)
+            self._set_claim(source, node, Claim(source, groups={group: 0}, modes={group: mode}))
 
     def _pod_cache_moved(self, pod: Mapping[str, Any], reservation_gone: bool) -> None:
         for group in self._residues.pod_seen(pod, reservation_gone, self._clock()):
-            self._set_claim(f"residue/{group}", None, None)
+            self._set_claim(ClaimKind.RESIDUE.key(group), None, None)
 
     def _set_home(self, reservation_pod: Mapping[str, Any], state: PodState | None) -> None:
         group = (meta(reservation_pod).get("labels") or {}).get(names.GPU_GROUP_LABEL)
