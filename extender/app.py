@@ -92,24 +92,26 @@ class ExtenderApp:
     def __init__(self, settings: Settings, client: KubeClient) -> None:
         self.settings = settings
         self.client = client
-        self.ledger = Ledger(settings.reservation_namespace)
-        self.requeue = Requeue(self.ledger, self._annotate_pod)
-        self.ledger.on_freed, self.ledger.on_grown = self.requeue.freed, self.requeue.grown
+        self.registry = CollectorRegistry()
+        self.metrics = ExtenderMetrics(self.registry)
+        # The ledger tells the requeue where GPUs were freed and the requeue reads the ledger: the ledger's callbacks
+        # look the requeue up when called, which is only once the informers run (after this constructor).
+        self.ledger = Ledger(settings.reservation_namespace, on_freed=lambda node: self.requeue.freed(node),
+                             on_grown=lambda node: self.requeue.grown(node))
+        self.requeue = Requeue(self.ledger, self._annotate_pod,
+                               on_nudge=lambda outcome: self.metrics.requeues.labels(outcome).inc())
         self.waiters = Waiters()
         self.pods = Informer(client, "/api/v1/pods", "pods", slim=slim_gpu_pod)
         self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
         self.bind_requests = Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic)
         self.informers = InformerSet(self.pods, self.nodes, self.bind_requests)
         self._watch_into_ledger()
-        self.registry = CollectorRegistry()
-        self.metrics = ExtenderMetrics(self.registry)
-        self.requeue.on_nudge = lambda outcome: self.metrics.requeues.labels(outcome).inc()
         self.registry.register(BuildInfoCollector("extender"))
         ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
         self.failed_bind_requests = FailedBindRequests(self.bind_requests.list, binds.delete)
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
-                           requeue=self.requeue, unsynced=self.unsynced)
+                           on_bind=self.metrics.count_bind, requeue=self.requeue, unsynced=self.unsynced)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()

@@ -93,8 +93,8 @@ class ApiBindRequests:
                 if existing is None:
                     raise
                 if owner_pod_uid(existing) == owner_pod_uid(manifest) and existing.get("spec") == manifest["spec"]:
-                    log.info("the BindRequest was written though its answer was lost", extra={
-                        "pod": name, "namespace": namespace, "fields": {"error": str(error)}})
+                    log.info("the BindRequest was written though its answer was lost",
+                             extra={"fields": {"error": str(error)}})
                     return existing
             elif not error.already_exists:
                 raise
@@ -103,7 +103,7 @@ class ApiBindRequests:
         same_pod = not owner_pod_uid(existing) or owner_pod_uid(existing) == owner_pod_uid(manifest)
         if same_pod and not failed_for_good(existing):
             raise StandingBindRequest(existing)
-        log.info("replacing a BindRequest that holds nothing", extra={"pod": name, "namespace": namespace, "fields": {
+        log.info("replacing a BindRequest that holds nothing", extra={"fields": {
             "same_pod": same_pod, "phase": (existing.get("status") or {}).get("phase", "")}})
         self.delete(existing)
         try:
@@ -169,5 +169,4 @@ class ApiBindRequests:
                                      "preconditions": {"uid": meta.get("uid")}} if meta.get("uid") else None)
         except ApiError as error:
             if not (error.not_found or error.status == 409):
-                log.warning("cannot delete a failed BindRequest", extra={
-                    "pod": meta.get("name"), "namespace": meta.get("namespace"), "fields": {"error": str(error)}})
+                log.warning("cannot delete a failed BindRequest", extra={"fields": {"error": str(error)}})

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from common.bindrequest import failed_for_good
+from common.logs import log_context
 from common.objects import meta
 
 log = logging.getLogger("extender.leftovers")
@@ -47,11 +48,11 @@ class FailedBindRequests:
             if now - since < self.kept_s:
                 still[uid] = since
                 continue
-            log.info("deleting a BindRequest failed for good that nothing waits on", extra={
-                "namespace": meta(bind_request).get("namespace"), "bindrequest": meta(bind_request).get("name"),
-                "pod": (bind_request.get("spec") or {}).get("podName"),
-                "fields": {"reason": (bind_request.get("status") or {}).get("reason", "")}})
-            self.delete(bind_request)
+            with log_context(namespace=meta(bind_request).get("namespace"), bindrequest=meta(bind_request).get("name"),
+                             pod=(bind_request.get("spec") or {}).get("podName")):
+                log.info("deleting a BindRequest failed for good that nothing waits on", extra={
+                    "fields": {"reason": (bind_request.get("status") or {}).get("reason", "")}})
+                self.delete(bind_request)
             deleted += 1
         self._failed_since = still
         return deleted

@@ -25,6 +25,7 @@ from typing import Any
 
 from common import names
 from common.gpuclaims import GpuRequest
+from common.logs import log_context
 from extender.ledger import Ledger
 from extender.placement import fits, whole_refusal
 
@@ -42,7 +43,8 @@ class _Refused:
 
 class Requeue:
     def __init__(self, ledger: Ledger, patch_pod: PatchPod, debounce_s: float = 0.2, min_interval_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_nudge: Callable[[str], None] = lambda outcome: None) -> None:
         self.ledger = ledger
         self.patch_pod = patch_pod
         self.debounce_s = debounce_s
@@ -57,7 +59,7 @@ class Requeue:
         self._deferred: dict[tuple[str, str], set[str]] = {}
         self._wake = threading.Event()
         self._stopped = threading.Event()
-        self.on_nudge: Callable[[str], None] = lambda outcome: None  # told "patched" or "failed"
+        self.on_nudge = on_nudge  # told "patched" or "failed"
 
     # -- what the verbs and the informers tell it -------------------------------------------------------------
 
@@ -129,17 +131,17 @@ class Requeue:
             with self._lock:
                 self._refused.pop((namespace, name), None)  # a refusal after this wake-up records it again
                 self._last_nudge[(namespace, name)] = self._clock()
-            try:
-                self.patch_pod(namespace, name, uid, {names.EXTENDER_CAPACITY_FREED_ANNOTATION: stamp})
-            except Exception as error:  # noqa: BLE001 - a pod gone or replaced meanwhile needs nothing
-                log.info("could not wake the scheduler for a pod that fits now", extra={
-                    "namespace": namespace, "pod": name, "fields": {"error": str(error)}})
-                self.on_nudge("failed")
-                continue
-            woken += 1
-            self.on_nudge("patched")
-            log.info("GPU capacity freed: the scheduler is asked to try the pod again",
-                     extra={"namespace": namespace, "pod": name})
+            with log_context(namespace=namespace, pod=name):
+                try:
+                    self.patch_pod(namespace, name, uid, {names.EXTENDER_CAPACITY_FREED_ANNOTATION: stamp})
+                except Exception as error:  # noqa: BLE001 - a pod gone or replaced meanwhile needs nothing
+                    log.info("could not wake the scheduler for a pod that fits now",
+                             extra={"fields": {"error": str(error)}})
+                    self.on_nudge("failed")
+                    continue
+                woken += 1
+                self.on_nudge("patched")
+                log.info("GPU capacity freed: the scheduler is asked to try the pod again")
         return woken
 
     def _fits(self, request: GpuRequest, node: str) -> bool:

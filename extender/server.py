@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from common.gpuclaims import InvalidRequest
+from common.logs import log_context
 from extender import protocol
 from extender.verbs import CachesNotSynced, Verbs
 
@@ -54,22 +55,22 @@ class ExtenderMetrics:
                                        "From the scheduler's bind call to the pod bound",
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25), registry=registry)
 
+    def count_bind(self, outcome: str) -> None:
+        """Told by the verbs how each bind call ended."""
+        self.binds.labels(outcome).inc()
+        if outcome == "not_synced":
+            self.not_synced.labels("bind").inc()
+
 
 class ExtenderServer:
     def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics) -> None:
         self.verbs = verbs
         self.metrics = metrics
-        verbs.on_bind = self._count_bind
         self.routes: dict[str, Callable[[bytes], Any]] = {
             "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind}
         self.httpd = ThreadingHTTPServer(address, _handler(self))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="extender-http", daemon=True)
-
-    def _count_bind(self, outcome: str) -> None:
-        self.metrics.binds.labels(outcome).inc()
-        if outcome == "not_synced":
-            self.metrics.not_synced.labels("bind").inc()
 
     @property
     def port(self) -> int:
@@ -94,21 +95,25 @@ class ExtenderServer:
     def _filter(self, body: bytes) -> dict[str, Any]:
         try:
             args = protocol.decode_filter_args(body)
-            fitting, refused = self.verbs.filter(args.pod, args.node_names)
-        except CachesNotSynced as not_synced:
-            self.metrics.not_synced.labels("filter").inc()
-            return protocol.filter_error(str(not_synced))
-        except (protocol.BadRequest, InvalidRequest) as error:
+        except protocol.BadRequest as error:
             log.warning("filter refused the request", extra={"fields": {"error": str(error)}})
             return protocol.filter_error(str(error))
-        self.metrics.filtered_nodes.labels("fit").inc(len(fitting))
-        self.metrics.filtered_nodes.labels("refused").inc(len(refused))
-        if not fitting:
-            meta = args.pod.get("metadata") or {}
-            log.info("pod fits no node", extra={"pod": meta.get("name"), "namespace": meta.get("namespace"),
-                                                "fields": {"nodes": len(args.node_names),
-                                                           "reasons": sorted(set(refused.values()))[:5]}})
-        return protocol.filter_result(args, fitting, refused)
+        meta = args.pod.get("metadata") or {}
+        with log_context(pod=meta.get("name"), namespace=meta.get("namespace")):
+            try:
+                fitting, refused = self.verbs.filter(args.pod, args.node_names)
+            except CachesNotSynced as not_synced:
+                self.metrics.not_synced.labels("filter").inc()
+                return protocol.filter_error(str(not_synced))
+            except InvalidRequest as error:
+                log.warning("filter refused the request", extra={"fields": {"error": str(error)}})
+                return protocol.filter_error(str(error))
+            self.metrics.filtered_nodes.labels("fit").inc(len(fitting))
+            self.metrics.filtered_nodes.labels("refused").inc(len(refused))
+            if not fitting:
+                log.info("pod fits no node", extra={"fields": {"nodes": len(args.node_names),
+                                                               "reasons": sorted(set(refused.values()))[:5]}})
+            return protocol.filter_result(args, fitting, refused)
 
     def _prioritize(self, body: bytes) -> list[dict[str, Any]]:
         try:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from common import bindrequest
 from common.gpuclaims import FULL, GpuRequest, InvalidRequest, request_of
+from common.logs import log_context
 from extender.ledger import Ledger, Standing, standing_of
 from extender.placement import Policy, filter_nodes, placements, scores, whole_refusal
 
@@ -75,11 +76,6 @@ class _NoRequeue:
 
     def placed(self, namespace: str, name: str) -> None:
         pass
-
-
-def _pod_key(pod: dict[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
-    return {"pod": meta.get("name"), "namespace": meta.get("namespace")}
 
 
 def _standing_refusal(namespace: str, name: str, standing: Standing, node: str) -> str:
@@ -182,22 +178,22 @@ class Verbs:
         name, and it is never deleted or replaced (the binder may be working on it)."""
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        fields = {**_pod_key(pod), "node": node}
         key = f"{namespace}/{name}"
-        with self._binding_lock:
-            busy = key in self._binding
-            self._binding.add(key)
-        if busy:
-            log.info("bind refused: another bind call for the pod is in progress", extra=fields)
-            self.on_bind("refused")
-            return f'a bind of pod "{key}" is already in progress; the scheduler will try again'
-        try:
-            return self._bind(pod, node, fields)
-        finally:
+        with log_context(pod=name, namespace=namespace, node=node):
             with self._binding_lock:
-                self._binding.discard(key)
+                busy = key in self._binding
+                self._binding.add(key)
+            if busy:
+                log.info("bind refused: another bind call for the pod is in progress")
+                self.on_bind("refused")
+                return f'a bind of pod "{key}" is already in progress; the scheduler will try again'
+            try:
+                return self._bind(pod, node)
+            finally:
+                with self._binding_lock:
+                    self._binding.discard(key)
 
-    def _bind(self, pod: dict[str, Any], node: str, fields: dict[str, Any]) -> str:
+    def _bind(self, pod: dict[str, Any], node: str) -> str:
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         try:
@@ -207,12 +203,12 @@ class Verbs:
             return f'pod "{namespace}/{name}": {error}'
         standing = self.ledger.standing(namespace, name, meta.get("uid", ""))
         if standing is not None:
-            return self._bind_standing(namespace, name, standing.bind_request, node, fields)
+            return self._bind_standing(namespace, name, standing.bind_request, node)
         groups: dict[str, int] | None = None
         if request.shared or request.whole:
             placed = self.ledger.place(namespace, name, request, node, self.policy, self.new_group_id)
             if isinstance(placed, str):
-                log.info("bind refused: the node no longer fits", extra={**fields, "fields": {"reason": placed}})
+                log.info("bind refused: the node no longer fits", extra={"fields": {"reason": placed}})
                 self.on_bind("refused")
                 return f'node "{node}" cannot take pod "{namespace}/{name}" any more: {placed}'
             groups = placed or None
@@ -221,34 +217,33 @@ class Verbs:
             created = self.bind_requests.create(manifest)
         except StandingBindRequest as standing_error:
             self.ledger.adopt(namespace, name, standing_error.bind_request)  # it counts, not our decision
-            return self._bind_standing(namespace, name, standing_error.bind_request, node, fields)
+            return self._bind_standing(namespace, name, standing_error.bind_request, node)
         except Exception as error:  # noqa: BLE001 - any API failure is the scheduler's to retry
             self.ledger.release(namespace, name)
-            log.warning("cannot create the BindRequest", extra={**fields, "fields": {"error": str(error)}})
+            log.warning("cannot create the BindRequest", extra={"fields": {"error": str(error)}})
             self.on_bind("failed")
             return f'cannot create BindRequest for pod "{namespace}/{name}": {error}'
-        return self._wait(namespace, name, created, fields)
+        return self._wait(namespace, name, created)
 
-    def _bind_standing(self, namespace: str, name: str, bind_request: dict[str, Any], node: str,
-                       fields: dict[str, Any]) -> str:
+    def _bind_standing(self, namespace: str, name: str, bind_request: dict[str, Any], node: str) -> str:
         spec = bind_request.get("spec") or {}
         if spec.get("selectedNode") != node:
             standing = standing_of(bind_request)
-            log.info("bind refused: the pod's BindRequest places it elsewhere", extra={**fields, "fields": {
+            log.info("bind refused: the pod's BindRequest places it elsewhere", extra={"fields": {
                 "bind_request": standing.name, "selected_node": standing.node}})
             self.on_bind("refused")
             return _standing_refusal(namespace, name, standing, node)
         # The scheduler came back to the node of the pod's own BindRequest (after a restart, a lost answer): wait on
         # that one; placing the pod a second time would count it twice.
-        log.info("waiting on the pod's existing BindRequest", extra={**fields, "fields": {
+        log.info("waiting on the pod's existing BindRequest", extra={"fields": {
             "bind_request": (bind_request.get("metadata") or {}).get("name")}})
-        return self._wait(namespace, name, bind_request, fields)
+        return self._wait(namespace, name, bind_request)
 
-    def _wait(self, namespace: str, name: str, bind_request: dict[str, Any], fields: dict[str, Any]) -> str:
+    def _wait(self, namespace: str, name: str, bind_request: dict[str, Any]) -> str:
         outcome = self.bind_requests.wait(bind_request, self.bind_timeout_s)
         if outcome.bound:
             self.ledger.release(namespace, name, bind_request)
-            log.info("pod bound through its BindRequest", extra=fields)
+            log.info("pod bound through its BindRequest")
             self.on_bind("bound")
             return ""
         if outcome.over:
@@ -257,7 +252,7 @@ class Verbs:
             self.ledger.release(namespace, name)
         else:
             self.ledger.release(namespace, name, bind_request)  # it stands, and counts until the cache shows it
-        log.warning("bind failed", extra={**fields, "fields": {"reason": outcome.reason}})
+        log.warning("bind failed", extra={"fields": {"reason": outcome.reason}})
         self.on_bind("failed")
         return outcome.reason
 

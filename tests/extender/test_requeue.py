@@ -13,10 +13,11 @@ def pending(name, uid=None):
 def bed(gpus=1):
     now = [0.0]
     patched = []
-    ledger = Ledger()
+    requeues: list[Requeue] = []  # wired as the extender wires them: the ledger's callbacks find the requeue later
+    ledger = Ledger(on_freed=lambda node: requeues[0].freed(node), on_grown=lambda node: requeues[0].grown(node))
     requeue = Requeue(ledger, lambda ns, name, uid, annotations: patched.append((ns, name, uid, dict(annotations))),
                       clock=lambda: now[0])
-    ledger.on_freed, ledger.on_grown = requeue.freed, requeue.grown
+    requeues.append(requeue)
     ledger.upsert_node(node("n1", gpus=gpus))
     ledger.upsert_node(node("n2", gpus=gpus))
     assert requeue.nudge_due() == 0  # the nodes are new, but nobody was refused yet

@@ -31,9 +31,10 @@ def extender(waiting_for):
         ledger.upsert_node(node(name, gpus=gpus))
     pods = {("ns", "a"): fraction_pod("a", "0.75"), ("ns", "b"): fraction_pod("b")}
     registry = CollectorRegistry()
+    metrics = ExtenderMetrics(registry)
     verbs = Verbs(ledger, PlayedBinder(ledger), lambda namespace, name: pods.get((namespace, name)),
-                  unsynced=lambda: waiting_for["informers"])
-    server = ExtenderServer(("127.0.0.1", 0), verbs, ExtenderMetrics(registry))
+                  on_bind=metrics.count_bind, unsynced=lambda: waiting_for["informers"])
+    server = ExtenderServer(("127.0.0.1", 0), verbs, metrics)
     server.start()
     with requests.Session() as http:
         http.trust_env = False

@@ -1,11 +1,14 @@
 """The extender's verbs on a ledger, with the API calls of bind played by a fake (pure logic); the real
 scheduler, binder and API server come in the end-to-end tests."""
 
+import io
 import json
+import logging
 
 import pytest
 
 from common.gpuclaims import request_of
+from common.logs import JsonFormatter
 from extender import protocol
 from extender.ledger import Ledger
 from extender.verbs import NOT_IN_CACHE, BindOutcome, Verbs, bind_request_manifest
@@ -194,3 +197,26 @@ def test_a_second_bind_call_for_a_pod_whose_first_still_waits_leaves_the_first_d
     refusal, groups_on_n1 = answers
     assert refusal == 'a bind of pod "ns/p" is already in progress; the scheduler will try again'
     assert groups_on_n1 == {"group-0": 75}, "the first decision was no longer counted"
+
+
+def test_every_line_of_a_bind_says_which_pod_and_node_it_is_about():
+    """The bind verb opens the log context once; its lines (here a refusal) carry the pod, namespace and node."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    verbs_log = logging.getLogger("extender")
+    verbs_log.addHandler(handler)
+    old_level = verbs_log.level
+    verbs_log.setLevel(logging.INFO)
+    try:
+        verbs, _, _ = verbs_with([node("n1", gpus=1)])
+        assert verbs.bind(pod("a", {"gpu-fraction": "0.6"}), "n1") == ""
+        assert verbs.bind(pod("b", {"gpu-fraction": "0.6"}), "n1") != ""
+    finally:
+        verbs_log.removeHandler(handler)
+        verbs_log.setLevel(old_level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    refused = next(line for line in lines if line["msg"] == "bind refused: the node no longer fits")
+    assert (refused["pod"], refused["namespace"], refused["node"]) == ("b", "ns", "n1")
+    assert "0.6" in refused["reason"] or "share" in refused["reason"]
+    assert all(line.get("pod") in ("a", "b") and line.get("node") == "n1" for line in lines)
