@@ -93,12 +93,7 @@ class WorkQueue:
             if first:
                 self._first.add(key)
         else:
-            if first:
-                self._queue.appendleft(key)
-            else:
-                self._queue.append(key)
-            self._depth_changed()
-            self._cond.notify()
+            self._enqueue(key, first)
 
     def add_after(self, key: str, delay: float) -> None:
         if self._metrics is not None and not self._shutting_down:
@@ -180,12 +175,16 @@ class WorkQueue:
                 started = self._started_at.pop(key, None)
                 self._metrics.done(None if started is None else self._clock() - started)
             if key in self._dirty:
-                if first:
-                    self._queue.appendleft(key)
-                else:
-                    self._queue.append(key)
-                self._depth_changed()
-                self._cond.notify()
+                self._enqueue(key, first)
+
+    def _enqueue(self, key: str, first: bool) -> None:
+        """Queue a dirty key that no worker holds (at the front when asked first); the lock is held."""
+        if first:
+            self._queue.appendleft(key)
+        else:
+            self._queue.append(key)
+        self._depth_changed()
+        self._cond.notify()
 
     # ------------------------------------------------------------------ lifecycle and introspection
     def shutdown(self) -> None:
