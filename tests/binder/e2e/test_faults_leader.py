@@ -40,17 +40,25 @@ def leader_flags(namespace: str) -> tuple[str, ...]:
             "--leader-election-retry-period", "0.5")
 
 
-def test_a_leader_cut_off_from_its_lease_writes_nothing_after_its_renew_deadline(
-        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+def leading_with_a_bind_in_flight(fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node,
+                                  node_player, tmp_path, pod: str, group: str):
+    """A leading binder behind the proxy, and a bind of `pod` in flight: its reservation pod waits for a GPU id the
+    paused node player does not give."""
     node = make_gpu_node()["metadata"]["name"]
-    make_pod(kube, namespace, "fz", fraction="0.5")
+    make_pod(kube, namespace, pod, fraction="0.5")
     node_player.paused = True
     app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
                  *leader_flags(namespace))
     assert app.elector is not None and app.elector.leading.wait(10)
-    make_bind_request(kube, namespace, "fz", node, fraction_groups=["gf"])
-    # The bind is in flight: its reservation pod waits for a GPU id the paused node player does not give.
-    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, "gf"))))
+    make_bind_request(kube, namespace, pod, node, fraction_groups=[group])
+    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, group))))
+    return app
+
+
+def test_a_leader_cut_off_from_its_lease_writes_nothing_after_its_renew_deadline(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    app = leading_with_a_bind_in_flight(fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node,
+                                        node_player, tmp_path, "fz", "gf")
 
     # A partition between this leader and its Lease only: lease calls hang, every other call goes through.
     cut = time.monotonic()
@@ -72,14 +80,8 @@ def test_a_leader_cut_off_from_its_lease_writes_nothing_after_its_renew_deadline
 def test_a_wedged_leader_has_its_writes_fenced_after_its_renew_deadline(
         fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
     """The election thread itself is stuck, so nothing notices the loss: only the fence stops the writes."""
-    node = make_gpu_node()["metadata"]["name"]
-    make_pod(kube, namespace, "fw", fraction="0.5")
-    node_player.paused = True
-    app = binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")),
-                 *leader_flags(namespace))
-    assert app.elector is not None and app.elector.leading.wait(10)
-    make_bind_request(kube, namespace, "fw", node, fraction_groups=["gw"])
-    wait_for("reservation pod", lambda: exists(kube, pod_path(reservation_namespace, reservation_name(node, "gw"))))
+    app = leading_with_a_bind_in_flight(fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node,
+                                        node_player, tmp_path, "fw", "gw")
     wedge = threading.Event()
     app.elector._renew = lambda: (wedge.wait(), None)[1]
     try:
