@@ -5,6 +5,8 @@ kubelet's device manager admits every reservation pod and whole-GPU pod (none is
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -105,3 +107,34 @@ def test_whole_gpu_pod_is_placed_and_sees_its_device(stock_bed: RealBed) -> None
     assert device in node_of(stock_bed, pod).gpu_ids
     wait_for("the BindRequest Succeeded", lambda: (stock_bed.bind_request("whole") or {}).get("status", {})
              .get("phase") == "Succeeded", 30, interval=0.3)
+
+
+def test_sixteen_halves_submitted_at_once_on_eight_real_gpus_run_two_per_card(stock_bed: RealBed) -> None:
+    """KAI#2153 on real kubelets (tests/extender/e2e/test_stock_kai2153.py plays it on one 8-GPU node): the test
+    bed's two nodes of 4 GPUs, 16 halves created at once. Every pod runs, and the devices their containers were given
+    (the kubelet's allocation to their reservation pods) hold exactly two each."""
+    cards = sum(len(node.gpu_ids) for node in stock_bed.cluster.nodes)
+    assert cards == 8
+    pods = [stock_bed.pod(f"half-{i}", fraction="0.5") for i in range(2 * cards)]
+    stock_bed.create(pods[0])  # until the webhook mutates it; the rest follow at once
+    start = threading.Barrier(len(pods) - 1)
+    created: list[str] = []
+
+    def create(pod: dict[str, Any]) -> None:
+        start.wait()
+        created.append(stock_bed.create(pod)["metadata"]["name"])
+
+    threads = [threading.Thread(target=create, args=(pod,)) for pod in pods[1:]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(created) == len(pods) - 1
+    per_card: Counter[tuple[str, str]] = Counter()
+    for pod in pods:
+        running = stock_bed.wait_phase(pod["metadata"]["name"], timeout=240)
+        device = stock_bed.container_env(pod["metadata"]["name"])[names.NVIDIA_VISIBLE_DEVICES]
+        per_card[(running["spec"]["nodeName"], device)] += 1
+    assert sorted(per_card.values()) == [2] * cards, per_card
+    assert len(stock_bed.reservation_pods()) == cards
+    assert_admitted_by_every_kubelet(stock_bed)
