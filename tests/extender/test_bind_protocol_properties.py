@@ -478,6 +478,23 @@ class BindProtocolNeverOverCommitsAGpuNorSplitsAGroup(RuleBasedStateMachine):
         if unused:
             self.api.delete(PODS, pick(data, unused, "reservation pod"))
 
+    def running_reservations(self) -> list[Obj]:
+        return [pod for pod in self.reservation_pods() if phase_of(pod) == "Running"]
+
+    @precondition(lambda self: self.running_reservations())
+    @rule(data=st.data())
+    def reservation_evicted(self, data: st.DataObject) -> None:
+        """A reservation pod evicted under its running members (its PriorityClass keeps preemption off it, not a
+        drain or a kubelet's eviction): the kubelet frees its device, and the binder deletes the members left on
+        it at its next sync of the node, loudly. Taken as one step here: in between, the members run on a device the
+        kubelet may hand to another pod, which no placement of the extender causes or can prevent."""
+        reservation = pick(data, self.running_reservations(), "reservation pod")
+        group = reservation["metadata"]["labels"][names.GPU_GROUP_LABEL]
+        self.api.delete(PODS, reservation)
+        for pod in self.user_pods():
+            if phase_of(pod) == "Running" and group in pod_groups(pod):
+                self.api.delete(PODS, pod)
+
     # -- the extender process -----------------------------------------------------------------------------------
 
     @precondition(lambda self: self.extender is not None and any(self.extender.lag.values()))
