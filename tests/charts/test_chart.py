@@ -73,6 +73,7 @@ def test_chart_renders_exactly_what_kustomize_renders(mode):
     ("monitoring.labels.release=kube prometheus", "release"),
     ("kaiContract=v0.19", "kaiContract"),
     ("nriPluginEnabled=yes", "nriPluginEnabled"),
+    ("fipsOnly=yes", "fipsOnly"),
 ])
 def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
     result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
@@ -223,3 +224,16 @@ def test_the_kai_contract_and_the_nri_plugin_reach_the_webhook_and_the_binder(tm
     for name in ("fracgpu-admission", "fracgpu-binder"):
         assert not any(arg.startswith(("--kai-contract", "--nri-plugin-enabled")) for arg in
                        container_args(default, find(default, "Deployment", name)))
+
+
+def test_fips_only_reaches_the_binder_alone(tmp_path):
+    path = tmp_path / "fips.yaml"
+    path.write_text("fipsOnly: true\n")
+    documents = helm_template([path])
+    binder = container_args(documents, find(documents, "Deployment", "fracgpu-binder"))
+    assert [arg for arg in binder if arg.startswith("--fips-only")] == ["--fips-only=true"]
+    assert not any(arg.startswith("--fips-only") for arg in
+                   container_args(documents, find(documents, "Deployment", "fracgpu-admission")))
+    default = helm_template([])
+    assert not any(arg.startswith("--fips-only") for arg in
+                   container_args(default, find(default, "Deployment", "fracgpu-binder")))
