@@ -65,6 +65,7 @@ class WebhookApp:
             binder_service_account_username=settings.binder_service_account_username,
             kai_contract=settings.kai_contract,
             nri_plugin_enabled=settings.nri_plugin_enabled,
+            toolkit_memory_limits=settings.toolkit_memory_limits,
         )
         self.plugins = plugins
         self.handlers = {MUTATE_PATH: review.mutate, VALIDATE_PATH: review.validate}

@@ -58,6 +58,7 @@ class Settings:
     binder_service_account_username: str = DEFAULT_BINDER_USERNAME
     kai_contract: str = names.KAI_CONTRACT_V018
     nri_plugin_enabled: bool = False
+    toolkit_memory_limits: bool = False
     # Boolean flags given on the command line that the GPU sharing mode overrode (each is logged at start-up).
     ignored_flags: tuple[str, ...] = ()
     block_nvidia_visible_devices: bool = False
@@ -107,6 +108,10 @@ def _parser() -> Parser:
         "as an NvFractions request) or v0.17 (a cluster whose scheduler does not read NvFractions annotations)",
         "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no NVIDIA_VISIBLE_DEVICES "
         "env and, unless a runtime class is given, no runtime class")
+    add_bool_flag(parser, "--toolkit-memory-limits-enabled", False,
+                  "point fraction containers at NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT in their "
+                  "capabilities ConfigMap (the binder's toolkitmemory plugin writes them) for the container "
+                  "toolkit's apply-cuda-memory-limits hook; set it as on the binder")
     parser.add_argument("--gpu-fraction-runtime-class-name", default=None,
                         help='runtime class for fraction pods (default "nvidia"; "" disables)')
     parser.add_argument("--gpu-pod-runtime-class-name", default=None,
@@ -204,6 +209,7 @@ def _build(args: argparse.Namespace) -> Settings:
         binder_service_account_username=args.binder_service_account_username,
         kai_contract=args.kai_contract,
         nri_plugin_enabled=args.nri_plugin_enabled,
+        toolkit_memory_limits=args.toolkit_memory_limits_enabled,
         ignored_flags=sharing.ignored_flags,
         block_nvidia_visible_devices=args.block_nvidia_visible_devices,
         runtime_class_name=runtime_class,

@@ -92,7 +92,7 @@ class BinderApp:
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, sharing_mode=settings.gpu_sharing_mode,
             nri_plugin_enabled=settings.nri_plugin_enabled, kai_contract=settings.kai_contract,
-            registry=self.metrics.registry)
+            toolkit_memory_limits=settings.toolkit_memory_limits, registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)

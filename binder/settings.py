@@ -56,6 +56,7 @@ class Settings:
     gpu_sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED
     kai_contract: str = names.KAI_CONTRACT_V018
     nri_plugin_enabled: bool = False
+    toolkit_memory_limits: bool = False
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
@@ -137,6 +138,10 @@ def _parser() -> Parser:
         "nvidia.com/gpu.memory fails the bind) or v0.17 (v0.17's binds)",
         "gpusharing's default nriPluginEnabled argument (KAI v0.18.3): a fraction container's devices go into the pod "
         "annotation nvidia.cdi.k8s.io/container.<c> for the GPU Operator's NRI plugin, not into its ConfigMaps")
+    add_bool_flag(p, "--toolkit-memory-limits-enabled", False,
+                  "turn on the toolkitmemory plugin: a fraction pod's NVIDIA_GPU_MEMORY_REQUEST and "
+                  "NVIDIA_GPU_MEMORY_LIMIT (MiB, its share of nvidia.com/gpu.memory) go into its capabilities "
+                  "ConfigMap for the container toolkit's apply-cuda-memory-limits hook; set it as on the webhook")
     p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
                    help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
     p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID, help="Lease name")
@@ -234,6 +239,7 @@ def _build(args: argparse.Namespace) -> Settings:
         gpu_sharing_mode=args.gpu_sharing_mode,
         kai_contract=args.kai_contract,
         nri_plugin_enabled=args.nri_plugin_enabled,
+        toolkit_memory_limits=args.toolkit_memory_limits_enabled,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=args.client_timeout,

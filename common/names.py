@@ -79,6 +79,10 @@ GODEBUG_FIPS_ONLY = "fips140=only,tlsmlkem=0"
 RUNAI_NUM_OF_GPUS = "RUNAI_NUM_OF_GPUS"
 GPU_PORTION = "GPU_PORTION"
 CUDA_DEVICE_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
+# The memory limit NVIDIA's container toolkit enforces (its apply-cuda-memory-limits hook, toolkit >= v1.20.1, driver
+# r615+, cgroup v2), in MiB; fracgpu's toolkitmemory plugins, off by default.
+NVIDIA_GPU_MEMORY_REQUEST = "NVIDIA_GPU_MEMORY_REQUEST"
+NVIDIA_GPU_MEMORY_LIMIT = "NVIDIA_GPU_MEMORY_LIMIT"
 LEGACY_RUNAI_VISIBLE_DEVICES = "RUNAI-VISIBLE-DEVICES"
 
 # ConfigMap naming pieces.

@@ -114,6 +114,44 @@ def check_gpu_memory_labels(hamicore: bool, nodes: Iterable[Mapping[str, Any]]) 
     return Result("gpu-memory-labels", PASS, f"every GPU node carries {names.GPU_MEMORY_NODE_LABEL}")
 
 
+# GPU feature discovery's label of the driver's major version (the GPU Operator runs it); older releases' name second.
+DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
+TOOLKIT_MEMORY_MIN_DRIVER = 615  # the container toolkit's apply-cuda-memory-limits hook needs r615+
+
+
+def check_toolkit_memory_limits(webhook: bool, binder: bool, nodes: Iterable[Mapping[str, Any]]) -> Result:
+    """What the API shows of the container toolkit's memory limits: both programs set alike, every GPU node
+    labelled with its GPU memory, and no GPU node whose driver (as GPU feature discovery labels it) is too old for
+    the hook. The toolkit's version and cgroup v2 are not visible from the API: the hook fails open without them."""
+    name = "toolkit-memory-limits"
+    if not webhook and not binder:
+        return Result(name, SKIP, "--toolkit-memory-limits-enabled is off")
+    if webhook != binder:
+        on, off = ("webhook", "binder") if webhook else ("binder", "webhook")
+        return Result(name, FAIL, f"--toolkit-memory-limits-enabled is on the {on} but not the {off}: set it on "
+                      "both (chart: toolkitMemoryLimits), or containers read limits nobody writes")
+    gpu = gpu_nodes(nodes)
+    unlabelled = [_name(node) for node in gpu if not parse_go_uint(str(
+        ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, "")))]
+    if unlabelled:
+        return Result(name, FAIL, f"GPU nodes without a positive {names.GPU_MEMORY_NODE_LABEL} label: "
+                      f"{_some(unlabelled)}; every fraction bind there fails (no limit can be computed)")
+    old_driver, unknown = [], []
+    for node in gpu:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        major = next((parse_go_uint(str(labels[key])) for key in DRIVER_MAJOR_LABELS if key in labels), None)
+        if major is None:
+            unknown.append(_name(node))
+        elif major < TOOLKIT_MEMORY_MIN_DRIVER:
+            old_driver.append(f"{_name(node)} (r{major})")
+    if old_driver:
+        return Result(name, FAIL, f"GPU nodes whose driver is older than r{TOOLKIT_MEMORY_MIN_DRIVER}: "
+                      f"{_some(old_driver)}; the toolkit's hook cannot apply the limits there and fails open")
+    unseen = f"; driver version not labelled on {_some(unknown)}" if unknown else ""
+    return Result(name, PASS, f"on in webhook and binder, every GPU node labelled with its GPU memory{unseen}; "
+                  "check nvidia-container-toolkit >= v1.20.1 and cgroup v2 on the nodes")
+
+
 def node_platform(node: Mapping[str, Any]) -> str | None:
     """`os/arch` as the node's kubelet reports it; None before a kubelet has reported (nothing to judge)."""
     info = (node.get("status") or {}).get("nodeInfo") or {}
@@ -214,8 +252,8 @@ def check_probe_answer(namespace: str, answer: Mapping[str, Any] | None, error: 
 
 
 # ---------------------------------------------------------------------------------------------- reading the cluster
-CHECK_NAMES = ("kai-webhooks", "kai-binder", "runtime-class", "gpu-memory-labels", "reservation-image-platforms",
-               "unmutated-fraction-pods", "webhook-ca-bundle", "webhook-reachable")
+CHECK_NAMES = ("kai-webhooks", "kai-binder", "runtime-class", "gpu-memory-labels", "toolkit-memory-limits",
+               "reservation-image-platforms", "unmutated-fraction-pods", "webhook-ca-bundle", "webhook-reachable")
 
 
 class Cluster:
@@ -264,6 +302,8 @@ def run_checks(client: KubeClient, installed: Installed, probe_namespace: str,
         "runtime-class": lambda: check_runtime_class(installed.runtime_class, bool(installed.runtime_class) and (
             cluster.get(f"/apis/node.k8s.io/v1/runtimeclasses/{installed.runtime_class}") is not None)),
         "gpu-memory-labels": lambda: check_gpu_memory_labels(installed.hamicore, nodes()),
+        "toolkit-memory-limits": lambda: check_toolkit_memory_limits(
+            installed.toolkit_memory_webhook, installed.toolkit_memory_binder, nodes()),
         "reservation-image-platforms": lambda: check_reservation_platforms(
             installed.reservation_image, installed.reservation_platforms, nodes()),
         "unmutated-fraction-pods": lambda: check_unmutated(unmutated_fraction_pods(

@@ -68,6 +68,9 @@ class Installed:
     scheduler_name: str = names.DEFAULT_SCHEDULER_NAME
     runtime_class: str = names.DEFAULT_RUNTIME_CLASS
     hamicore: bool = False
+    # --toolkit-memory-limits-enabled on the webhook and on the binder: each side alone does nothing useful.
+    toolkit_memory_webhook: bool = False
+    toolkit_memory_binder: bool = False
     reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE
     reservation_image: str = DEFAULT_RESERVATION_IMAGE
     reservation_platforms: list[str] = field(default_factory=list)
@@ -98,11 +101,13 @@ def read_installed(client: KubeClient, namespace: str = DEFAULT_NAMESPACE) -> In
             runtime = flag_value(args, "--gpu-pod-runtime-class-name")
         installed.runtime_class = installed.runtime_class if runtime is None else runtime
         installed.hamicore = _bool_flag(args, "--hami-core-enabled")
+        installed.toolkit_memory_webhook = _bool_flag(args, "--toolkit-memory-limits-enabled")
     binder = _read(client, namespace, BINDER_DEPLOYMENT)
     if binder is not None:
         installed.found.append(f"deployment/{BINDER_DEPLOYMENT}")
         args = _container_args(binder)
         installed.hamicore = installed.hamicore or hamicore_plugin_enabled(flag_value(args, "--plugins"))
+        installed.toolkit_memory_binder = _bool_flag(args, "--toolkit-memory-limits-enabled")
         installed.reservation_namespace = (flag_value(args, "--resource-reservation-namespace")
                                            or installed.reservation_namespace)
         installed.reservation_image = (flag_value(args, "--resource-reservation-pod-image")

@@ -1,7 +1,7 @@
-"""Admission plugins, registered in the order they run: gpusharing, hamicore, deviceaccess, runtimeenforcement.
-hamicore reads the ConfigMap annotation gpusharing writes in the same pass. In the NvFractions mode nvfractions
-runs instead of gpusharing and hamicore. Every plugin reads requests as KAI v0.18.3 does, unless `--kai-contract v0.17`
-keeps the ConfigMap modes at v0.17's rules (common/request_rules.py)."""
+"""Admission plugins, registered in the order they run: gpusharing, hamicore, toolkitmemory, deviceaccess,
+runtimeenforcement. hamicore and toolkitmemory read the ConfigMap annotation gpusharing writes in the same pass. In the
+NvFractions mode nvfractions runs instead of gpusharing, hamicore and toolkitmemory. Every plugin reads requests as KAI
+v0.18.3 does, unless `--kai-contract v0.17` keeps the ConfigMap modes at v0.17's rules (common/request_rules.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from admission.plugins.gpusharing import GpuSharing
 from admission.plugins.hamicore import HamiCore
 from admission.plugins.nvfractions import NvFractions
 from admission.plugins.runtimeenforcement import RuntimeEnforcement
+from admission.plugins.toolkitmemory import ToolkitMemory
 from common import names
 
 __all__ = ["AdmissionPlugin", "AdmissionRequest", "Denied", "build_plugins"]
@@ -26,6 +27,7 @@ def build_plugins(
     binder_service_account_username: str = "",
     kai_contract: str = names.KAI_CONTRACT_V018,
     nri_plugin_enabled: bool = False,
+    toolkit_memory_limits: bool = False,
 ) -> list[AdmissionPlugin]:
     """The plugins of a mode. Only NvFractions is read from `gpu_sharing_mode`: the other modes are the two
     booleans (admission/settings.py resolves a mode into them). `kai_contract` v0.17 keeps the ConfigMap modes'
@@ -39,6 +41,8 @@ def build_plugins(
         plugins.append(GpuSharing(gpu_sharing_enabled, kai_contract, nri_plugin_enabled))
         if hami_core_enabled:
             plugins.append(HamiCore(v018_rules))
+        if toolkit_memory_limits and gpu_sharing_enabled:
+            plugins.append(ToolkitMemory(v018_rules))
     if block_nvidia_visible_devices:
         plugins.append(DeviceAccess(v018_rules))
     if runtime_class_name:

@@ -19,6 +19,7 @@ DYNAMICRESOURCES = "dynamicresources"
 GPUSHARING = "gpusharing"
 HAMICORE = "hamicore"
 NVFRACTIONS = "nvfractions"
+TOOLKITMEMORY = "toolkitmemory"  # ours: the container toolkit's memory limits
 
 BIND_TIMEOUT_SECONDS = "bindTimeoutSeconds"
 CDI_ENABLED = "cdiEnabled"
@@ -56,6 +57,7 @@ PluginsConfig = dict[str, PluginConfig]
 def default_config(
     bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS, cdi_enabled: bool = False,
     sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False,
+    toolkit_memory_limits: bool = False,
 ) -> PluginsConfig:
     """The reference's DefaultConfig(120, false) under a GPU sharing mode preset (KAI v0.18): NonMemoryEnforced
     runs gpusharing (hamicore present but disabled: KAI v0.17's defaults), HamiCore adds hamicore, NvFractions runs
@@ -71,6 +73,9 @@ def default_config(
                                  {**cdi, **nri}),
         NVFRACTIONS: PluginConfig(sharing_mode == names.SHARING_NV_FRACTIONS, 90, dict(cdi)),
         HAMICORE: PluginConfig(sharing_mode == names.SHARING_HAMI_CORE, 50, None),
+        # Ours, off unless --toolkit-memory-limits-enabled: it writes into the ConfigMap gpusharing creates.
+        TOOLKITMEMORY: PluginConfig(toolkit_memory_limits and sharing_mode in (
+            names.SHARING_NON_MEMORY_ENFORCED, names.SHARING_HAMI_CORE), 40, None),
     }
 
 
@@ -184,16 +189,18 @@ def enabled_options(config: PluginsConfig) -> list[tuple[str, PluginConfig]]:
 
 
 def validate_dependencies(config: PluginsConfig) -> None:
-    """hamicore writes into the ConfigMap gpusharing creates, so gpusharing must be on and run first."""
-    hamicore = config.get(HAMICORE)
-    if hamicore is None or not hamicore.is_enabled:
-        return
-    gpusharing = config.get(GPUSHARING)
-    if gpusharing is None or not gpusharing.is_enabled:
-        raise PluginConfigError(f'"{HAMICORE}" plugin requires "{GPUSHARING}" plugin to be enabled')
-    sharing_priority, hamicore_priority = gpusharing.effective_priority, hamicore.effective_priority
-    if sharing_priority <= hamicore_priority:
-        raise PluginConfigError(
-            f'"{HAMICORE}" plugin requires "{GPUSHARING}" to run before it (expected '
-            f'"{GPUSHARING}".priority > "{HAMICORE}".priority, got {sharing_priority} <= {hamicore_priority})'
-        )
+    """hamicore and toolkitmemory write into the ConfigMap gpusharing creates, so gpusharing must be on and run
+    first."""
+    for writer in (HAMICORE, TOOLKITMEMORY):
+        entry = config.get(writer)
+        if entry is None or not entry.is_enabled:
+            continue
+        gpusharing = config.get(GPUSHARING)
+        if gpusharing is None or not gpusharing.is_enabled:
+            raise PluginConfigError(f'"{writer}" plugin requires "{GPUSHARING}" plugin to be enabled')
+        sharing_priority, writer_priority = gpusharing.effective_priority, entry.effective_priority
+        if sharing_priority <= writer_priority:
+            raise PluginConfigError(
+                f'"{writer}" plugin requires "{GPUSHARING}" to run before it (expected '
+                f'"{GPUSHARING}".priority > "{writer}".priority, got {sharing_priority} <= {writer_priority})'
+            )

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from binder.plugins.base import BindError
+from common.configmaps import existing_capabilities_configmap_name
+from common.fraction import FractionContainerNotFound, fraction_container_ref
 from common.kube.client import ApiError, configmap_path
 
 if TYPE_CHECKING:
+    from binder.plugins.base import BindContext
     from common.kube.client import KubeClient
 
 DataFn = Callable[[dict[str, str]], dict[str, str]]
@@ -120,3 +124,19 @@ def delete_configmap(client: KubeClient, namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+def set_capabilities_keys(ctx: BindContext, values: dict[str, str], what: str) -> None:
+    """Write `values` into the capabilities ConfigMap of the pod's fraction container (gpusharing made it), as
+    hamicore and toolkitmemory do; BindError with the reference's messages (`what`: the key named in them)."""
+    try:
+        ref = fraction_container_ref(ctx.pod)
+    except FractionContainerNotFound as error:
+        raise BindError(f"failed to get fraction container ref: {error}") from error
+    capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
+    try:
+        set_configmap_keys(ctx.client, ctx.namespace, capabilities, values)
+    except ApiError as error:
+        raise BindError(f"failed to update {what} value in gpu sharing configmap "
+                        f"for pod <{ctx.namespace}/{ctx.pod_name}>: {error}") from error
+

@@ -96,12 +96,19 @@ def _hamicore(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
     return HamiCorePlugin(registry=deps.get("registry"))
 
 
+def _toolkitmemory(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.toolkitmemory.plugin import ToolkitMemoryPlugin
+
+    return ToolkitMemoryPlugin()
+
+
 BUILDERS: dict[str, Builder] = {
     cfg.VOLUMEBINDING: _volumebinding,
     cfg.DYNAMICRESOURCES: _dynamicresources,
     cfg.GPUSHARING: _gpusharing,
     cfg.NVFRACTIONS: _nvfractions,
     cfg.HAMICORE: _hamicore,
+    cfg.TOOLKITMEMORY: _toolkitmemory,
 }
 
 
@@ -122,14 +129,17 @@ def build_configured_plugins(config: PluginsConfig, **deps: Any) -> list[BinderP
 
 def build_plugins(
     overrides: str | PluginsConfig | None, *, client: KubeClient | None = None,
-    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False, **deps: Any
+    sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False,
+    toolkit_memory_limits: bool = False, **deps: Any
 ) -> list[BinderPlugin]:
     """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
     already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError.
 
     `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered; `kai_contract=` the
-    binder's --kai-contract; `nri_plugin_enabled` gpusharing's default nriPluginEnabled argument."""
+    binder's --kai-contract; `nri_plugin_enabled` gpusharing's default nriPluginEnabled argument;
+    `toolkit_memory_limits` turns toolkitmemory on by default (--toolkit-memory-limits-enabled)."""
     decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
     resolved = cfg.resolve_config(
-        cfg.default_config(sharing_mode=sharing_mode, nri_plugin_enabled=nri_plugin_enabled), decoded)
+        cfg.default_config(sharing_mode=sharing_mode, nri_plugin_enabled=nri_plugin_enabled,
+                           toolkit_memory_limits=toolkit_memory_limits), decoded)
     return build_configured_plugins(resolved, client=client, **deps)

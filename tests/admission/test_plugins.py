@@ -10,6 +10,7 @@ from admission.plugins.deviceaccess import DeviceAccess
 from admission.plugins.gpusharing import GpuSharing
 from admission.plugins.hamicore import HamiCore
 from admission.plugins.runtimeenforcement import RuntimeEnforcement
+from admission.plugins.toolkitmemory import ToolkitMemory
 
 PREFIX = re.compile(r"^(?P<base>.*)-(?P<rand>[bcdfghjklmnpqrstvwxz2456789]{7})-shared-gpu$")
 
@@ -156,6 +157,28 @@ def test_hamicore_appends_optional_memory_limit_after_gpusharing():
     env = pod["spec"]["containers"][0]["env"]
     assert env[-1] == cm_env("CUDA_DEVICE_MEMORY_LIMIT", cm, optional=True)
     assert [e["name"] for e in env][-2] == "GPU_PORTION"
+
+
+def test_toolkitmemory_points_the_fraction_container_at_the_toolkits_request_and_limit():
+    pod = fraction_pod()
+    GpuSharing(True).mutate(pod)
+    ToolkitMemory().mutate(pod)
+    cm = pod["metadata"]["annotations"]["runai/shared-gpu-configmap"] + "-0"
+    env = pod["spec"]["containers"][0]["env"]
+    assert env[-2:] == [cm_env("NVIDIA_GPU_MEMORY_REQUEST", cm, optional=True),
+                        cm_env("NVIDIA_GPU_MEMORY_LIMIT", cm, optional=True)]
+    with pytest.raises(Denied, match="^no desired configmap name found in pod ns/gpu-sharing annotations$"):
+        ToolkitMemory().mutate(fraction_pod())
+
+
+def test_toolkitmemory_runs_only_when_asked_and_with_gpu_sharing():
+    def plugins(**flags):
+        return [p.name for p in build_plugins(hami_core_enabled=False, block_nvidia_visible_devices=False,
+                                              runtime_class_name="", **flags)]
+
+    assert plugins(gpu_sharing_enabled=True) == ["gpusharing"]
+    assert plugins(gpu_sharing_enabled=True, toolkit_memory_limits=True) == ["gpusharing", "toolkitmemory"]
+    assert plugins(gpu_sharing_enabled=False, toolkit_memory_limits=True) == ["gpusharing"]
 
 
 def test_hamicore_without_annotation_and_unknown_container_errors():

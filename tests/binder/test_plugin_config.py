@@ -176,7 +176,24 @@ def test_disabled_hamicore_needs_nothing():
 
 
 def test_every_reference_plugin_has_a_builder():
-    assert set(BUILDERS) == {"volumebinding", "dynamicresources", "gpusharing", "hamicore", "nvfractions"}  # v0.18
+    reference = {"volumebinding", "dynamicresources", "gpusharing", "hamicore", "nvfractions"}  # v0.18
+    assert set(BUILDERS) == reference | {"toolkitmemory"}  # ours: the container toolkit's memory limits
+
+
+def test_toolkitmemory_is_off_unless_its_flag_turns_it_on_and_runs_after_gpusharing():
+    assert "toolkitmemory" not in names_of(build_plugins(None))
+    assert names_of(build_plugins(None, toolkit_memory_limits=True)) == [
+        "volumebinding", "dynamicresources", "gpusharing", "toolkitmemory"]
+    assert names_of(build_plugins('{"hamicore":{"enabled":true}}', toolkit_memory_limits=True))[-2:] == [
+        "hamicore", "toolkitmemory"]
+    assert "toolkitmemory" not in names_of(build_plugins(None, sharing_mode="NvFractions",
+                                                         toolkit_memory_limits=True))
+
+
+def test_toolkitmemory_requires_gpusharing_enabled():
+    with pytest.raises(PluginConfigError) as error:
+        build_plugins('{"gpusharing":{"enabled":false}}', toolkit_memory_limits=True)
+    assert str(error.value) == '"toolkitmemory" plugin requires "gpusharing" plugin to be enabled'
 
 
 def test_already_decoded_overrides_are_accepted():

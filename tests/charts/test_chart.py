@@ -74,6 +74,7 @@ def test_chart_renders_exactly_what_kustomize_renders(mode):
     ("kaiContract=v0.19", "kaiContract"),
     ("nriPluginEnabled=yes", "nriPluginEnabled"),
     ("fipsOnly=yes", "fipsOnly"),
+    ("toolkitMemoryLimits=yes", "toolkitMemoryLimits"),
 ])
 def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
     result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
@@ -237,3 +238,15 @@ def test_fips_only_reaches_the_binder_alone(tmp_path):
     default = helm_template([])
     assert not any(arg.startswith("--fips-only") for arg in
                    container_args(default, find(default, "Deployment", "fracgpu-binder")))
+
+
+def test_toolkit_memory_limits_reach_the_webhook_and_the_binder(tmp_path):
+    path = tmp_path / "toolkit.yaml"
+    path.write_text("toolkitMemoryLimits: true\n")
+    documents = helm_template([path])
+    default = helm_template([])
+    for name in ("fracgpu-admission", "fracgpu-binder"):
+        given = container_args(documents, find(documents, "Deployment", name))
+        assert [arg for arg in given if arg.startswith("--toolkit-memory")] == ["--toolkit-memory-limits-enabled=true"]
+        assert not any(arg.startswith("--toolkit-memory") for arg in
+                       container_args(default, find(default, "Deployment", name)))

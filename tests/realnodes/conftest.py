@@ -25,9 +25,10 @@ def _bed(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory, mode: s
 
 @pytest.fixture(scope="module")
 def kai_bed_module(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
-    """Webhook + binder; the tests write BindRequests as the KAI scheduler does. hamicore on in both."""
-    yield from _bed(real_cluster, tmp_path_factory, "kai", ("--hami-core-enabled",),
-                    ("--plugins", '{"hamicore":{"enabled":true}}'))
+    """Webhook + binder; the tests write BindRequests as the KAI scheduler does. hamicore and the container
+    toolkit's memory limits (toolkitmemory, off by default) on in both."""
+    yield from _bed(real_cluster, tmp_path_factory, "kai", ("--hami-core-enabled", "--toolkit-memory-limits-enabled"),
+                    ("--plugins", '{"hamicore":{"enabled":true}}', "--toolkit-memory-limits-enabled"))
 
 
 @pytest.fixture(scope="module")

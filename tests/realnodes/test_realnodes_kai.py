@@ -47,6 +47,8 @@ def test_fraction_container_sees_the_gpu_its_reservation_pod_was_allocated(kai_b
     assert env[names.NVIDIA_VISIBLE_DEVICES] == device
     assert env[names.GPU_PORTION] == "0.50"
     assert env[names.CUDA_DEVICE_MEMORY_LIMIT] == "20480m"  # hamicore: 40960 MiB x 0.5
+    # toolkitmemory: the same share, in MiB, for the container toolkit's apply-cuda-memory-limits hook
+    assert (env[names.NVIDIA_GPU_MEMORY_REQUEST], env[names.NVIDIA_GPU_MEMORY_LIMIT]) == ("20480", "20480")
     (reservation,) = kai_bed.reservation_pods()
     assert reservation["status"]["phase"] == "Running"
     assert reservation["spec"]["runtimeClassName"] == "nvidia"
@@ -67,6 +69,7 @@ def test_gpu_memory_request_gets_its_portion_of_the_node_gpu(kai_bed: RealBed) -
     assert env[names.NVIDIA_VISIBLE_DEVICES] in node.gpu_ids
     assert env[names.GPU_PORTION] == "0.10"
     assert env[names.CUDA_DEVICE_MEMORY_LIMIT] == "4096m"
+    assert (env[names.NVIDIA_GPU_MEMORY_REQUEST], env[names.NVIDIA_GPU_MEMORY_LIMIT]) == ("4096", "4096")
 
 
 def test_multi_device_fraction_sees_each_of_its_devices_in_group_order(kai_bed: RealBed) -> None:

@@ -11,26 +11,18 @@ node n1 has no nvidia.com/gpu.memory label`) and `fracgpu_binder_hamicore_limit_
 from __future__ import annotations
 
 import logging
-import math
-import re
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from binder.plugins.base import BindContext, BindError, PluginDefaults
-from binder.plugins.configmaps import set_configmap_keys
+from binder.plugins.configmaps import set_capabilities_keys
 from common import bindrequest, names
-from common.configmaps import existing_capabilities_configmap_name
-from common.fraction import FractionContainerNotFound, fraction_container_ref
-from common.gpu_request import parse_go_float
-from common.kube.client import ApiError
+from common.gpu_memory_share import NoShare, memory_share_mib
 
 NAME = "hamicore"
-_INT64_MAX = 2**63 - 1
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
 log = logging.getLogger("binder.plugins.hamicore")
 
 # Keyed by the registry itself, weakly: an id() of a registry that was collected is reused by the next one,
@@ -51,39 +43,13 @@ def limit_skipped_counter(registry: CollectorRegistry | None = None) -> Counter:
         return _counters[registry]
 
 
-@dataclass(frozen=True)
-class NoLimit:
-    """Why no limit is written: a short metric label and a sentence for the pod's event."""
-
-    reason: str
-    message: str
+NoLimit = NoShare  # why no limit is written
 
 
 def memory_limit(node: dict[str, Any], received_gpu: Any) -> str | NoLimit:
-    """The limit string (e.g. `4147m`), or why there is none. Pure: the unit tests pin every branch."""
-    node_name = (node.get("metadata") or {}).get("name", "")
-    label = ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL)
-    if label is None:
-        return NoLimit("node_label_missing",
-                       f"node {node_name} has no {names.GPU_MEMORY_NODE_LABEL} label")
-    total = int(label) if _DECIMAL.fullmatch(label) else None
-    if total is None or not 0 < total <= _INT64_MAX:
-        return NoLimit("node_label_invalid",
-                       f'node {node_name} label {names.GPU_MEMORY_NODE_LABEL}="{label}" is not a positive '
-                       "number of MiB")
-    portion_text = (received_gpu or {}).get("portion") if isinstance(received_gpu, dict) else None
-    if not isinstance(portion_text, str):
-        return NoLimit("portion_missing", "the BindRequest has no spec.receivedGPU.portion")
-    portion = parse_go_float(portion_text)
-    if portion is None or math.isnan(portion) or portion <= 0:
-        return NoLimit("portion_invalid", f'spec.receivedGPU.portion "{portion_text}" is not a positive number')
-    product = total * portion
-    if not math.isfinite(product) or product >= 2**63:
-        return NoLimit("limit_out_of_range", f"{total} MiB × {portion_text} is out of range")
-    allocated = math.trunc(product)
-    if allocated <= 0:
-        return NoLimit("limit_zero", f"{total} MiB × {portion_text} is less than 1 MiB")
-    return f"{allocated}m"
+    """The limit string (e.g. `4147m`): the bind's share of GPU memory (common/gpu_memory_share.py), or why none."""
+    share = memory_share_mib(node, received_gpu)
+    return share if isinstance(share, NoShare) else f"{share}m"
 
 
 class HamiCorePlugin(PluginDefaults):
@@ -100,16 +66,7 @@ class HamiCorePlugin(PluginDefaults):
             self.limit_skipped.labels(reason=limit.reason).inc()
             raise BindError(f"failed to calculate {names.CUDA_DEVICE_MEMORY_LIMIT} for pod "
                             f"<{ctx.namespace}/{ctx.pod_name}>: {limit.message}")
-        try:
-            ref = fraction_container_ref(ctx.pod)
-        except FractionContainerNotFound as error:
-            raise BindError(f"failed to get fraction container ref: {error}") from error
-        capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
-        try:
-            set_configmap_keys(ctx.client, ctx.namespace, capabilities, {names.CUDA_DEVICE_MEMORY_LIMIT: limit})
-        except ApiError as error:
-            raise BindError(f"failed to update {names.CUDA_DEVICE_MEMORY_LIMIT} value in gpu sharing configmap "
-                            f"for pod <{ctx.namespace}/{ctx.pod_name}>: {error}") from error
+        set_capabilities_keys(ctx, {names.CUDA_DEVICE_MEMORY_LIMIT: limit}, names.CUDA_DEVICE_MEMORY_LIMIT)
         log.info("GPU memory limit written", extra={**ctx.log_fields(), "fields": {"limit": limit}})
 
     def postbind(self, ctx: BindContext) -> None:
