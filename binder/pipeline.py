@@ -132,7 +132,8 @@ class Pipeline:
                 log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns,
                             name, node_name, error, extra=fields)
 
-        annotations = bind_annotations(ctx.bind_request)
+        # With what prechecks added (gpusharing's memory request), so the group label's patch carries them too.
+        annotations = {**bind_annotations(ctx.bind_request), **ctx.bind_annotations}
         if bindrequest.is_fraction(ctx.bind_request):
             typed = bindrequest.fractional_gpu_groups(ctx.bind_request)
             if not typed:

@@ -136,6 +136,22 @@ def test_v0183_gpusharing_writes_the_memory_request_before_the_binding(
     assert configmaps(kube, namespace, "gs")["gs-bcd2345-shared-gpu-0"]["data"][names.NVIDIA_VISIBLE_DEVICES] == gpu
 
 
+def test_v0183_gpusharing_patches_the_pod_once_before_the_binding(
+        fault_proxy, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player, tmp_path):
+    """The memory request needs no GPU id, so it goes with the group label's patch: one pod patch per fraction bind,
+    as before v0.18.3, not a second one for the pre-bind annotations (a fifth write on every bind)."""
+    node = make_gpu_node(gpu_memory_mib=40960)["metadata"]["name"]
+    make_pod(kube, namespace, "once", fraction="0.5")
+    binder("--kubeconfig", str(fault_proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig")))
+    make_bind_request(kube, namespace, "once", node, fraction_groups=["g-once"])
+    wait_phase(kube, namespace, "once", names.PHASE_SUCCEEDED)
+    bound = kube.get(pod_path(namespace, "once"))
+    assert bound["metadata"]["annotations"]["nvidia.com/container.main.gpu-memory.request"] == "20Gi"
+    assert bound["metadata"]["labels"][names.GPU_GROUP_LABEL] == "g-once"
+    patches = fault_proxy.requests("PATCH", f"/api/v1/namespaces/{namespace}/pods/once$")
+    assert len(patches) == 1, patches
+
+
 def test_v0183_gpusharing_on_a_node_without_the_memory_label_fails_with_the_reason_and_an_event(
         binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
     node = make_gpu_node()["metadata"]["name"]
