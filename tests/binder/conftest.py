@@ -32,19 +32,19 @@ def crds(kube_admin: Any) -> str:
     return "bindrequests.scheduling.run.ai"
 
 
-@pytest.fixture
-def rsv_namespace(kube_admin: Any) -> Iterator[str]:
-    name = create_namespace(kube_admin, prefix="rsv")
-    try:
-        yield name
-    finally:
-        delete_namespace(kube_admin, name)
+def _fresh_namespace(prefix: str) -> Any:
+    """A fixture: a namespace named `<prefix>-…` for the test, deleted after it."""
+
+    @pytest.fixture(name=f"{prefix}_namespace")
+    def fixture(kube_admin: Any) -> Iterator[str]:
+        name = create_namespace(kube_admin, prefix=prefix)
+        try:
+            yield name
+        finally:
+            delete_namespace(kube_admin, name)
+
+    return fixture
 
 
-@pytest.fixture
-def scale_namespace(kube_admin: Any) -> Iterator[str]:
-    name = create_namespace(kube_admin, prefix="scale")
-    try:
-        yield name
-    finally:
-        delete_namespace(kube_admin, name)
+rsv_namespace = _fresh_namespace("rsv")  # reservation pods
+scale_namespace = _fresh_namespace("scale")  # scale-adjust pods

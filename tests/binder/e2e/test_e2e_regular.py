@@ -56,13 +56,18 @@ def test_ten_bind_requests_at_once_all_bind(binder, kube, namespace, make_gpu_no
         assert kube.get(pod_path(namespace, f"p{i}"))["spec"]["nodeName"] == nodes[i % 2]
 
 
+def bound_by_someone_else(kube, namespace, pod, node) -> None:
+    """A Binding of the pod to `node` written before the binder looks (another binder, a retry's earlier try)."""
+    kube.create(pod_path(namespace, pod["metadata"]["name"], "binding"), {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"],
+                                                           "uid": pod["metadata"]["uid"]},
+        "target": {"kind": "Node", "name": node}})
+
+
 def test_pod_already_bound_to_selected_node_succeeds_without_binding_again(binder, kube, namespace,
                                                                           make_gpu_node):
     node = make_gpu_node()["metadata"]["name"]
-    pod = make_pod(kube, namespace, "p1")
-    kube.create(pod_path(namespace, "p1", "binding"), {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "uid": pod["metadata"]["uid"]},
-        "target": {"kind": "Node", "name": node}})
+    bound_by_someone_else(kube, namespace, make_pod(kube, namespace, "p1"), node)
     binder()
     make_bind_request(kube, namespace, "p1", node)
     wait_phase(kube, namespace, "p1", names.PHASE_SUCCEEDED)
@@ -70,10 +75,7 @@ def test_pod_already_bound_to_selected_node_succeeds_without_binding_again(binde
 
 def test_pod_bound_to_another_node_is_a_failure(binder, kube, namespace, make_gpu_node):
     node, other = (make_gpu_node()["metadata"]["name"] for _ in range(2))
-    pod = make_pod(kube, namespace, "p1")
-    kube.create(pod_path(namespace, "p1", "binding"), {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "uid": pod["metadata"]["uid"]},
-        "target": {"kind": "Node", "name": other}})
+    bound_by_someone_else(kube, namespace, make_pod(kube, namespace, "p1"), other)
     binder()
     make_bind_request(kube, namespace, "p1", node)
     br = wait_phase(kube, namespace, "p1", names.PHASE_FAILED, attempts=1)
