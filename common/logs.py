@@ -1,9 +1,18 @@
 """Structured logging for every program: one JSON object per line, with the Kubernetes objects involved.
 
-Call sites pass context as `extra={"pod": ..., "namespace": ..., "node": ..., "bindrequest": ...}`; those
-keys become top-level fields so log pipelines can filter on them. `log_context(...)` adds fields to every
-line logged inside it on the same thread (a webhook request's `request_id`, a reconcile's `reconcile_id`),
-so lines from deep inside plugins still say which request or reconcile they belong to.
+Which object a line is about is said one way: `log_context(namespace=..., pod=..., node=..., bindrequest=...)`,
+opened where the work on that object begins (a webhook request, a reconcile of a BindRequest, a GPU group's
+sync, an extender verb). Every line logged inside it on the same thread or task carries those fields, so lines
+from deep inside plugins say which pod, node and BindRequest they belong to without being handed them; nested
+blocks add fields or name another object for a while (`about_pod(pod)`: a line about a reservation pod inside a
+bind). A line's own data (an error text, a limit, a count) goes in `extra={"fields": {...}}`.
+
+Logger names: `<program>.<part>`. The program is the package (`admission`, `binder`, `extender`, `certs`,
+`testbed`), or `kube` for the API machinery in common/kube/ that every program runs; the part is what a reader
+filters on: the module (`binder.pipeline`, `extender.leftovers`, `kube.cache`), the plugin
+(`binder.plugins.gpusharing`), or the component when it spans modules (`binder.controller` for the BindRequest
+controller and its parking and undecided binds, `binder.reservation` for the reservation service). The bare
+program name (`binder`, `extender`) is for its start-up and wiring.
 """
 
 from __future__ import annotations
@@ -28,12 +37,20 @@ _CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("fr
 
 @contextlib.contextmanager
 def log_context(**fields: Any) -> Iterator[None]:
-    """Every line logged in this block (this thread or task) carries `fields`; nested blocks add to them."""
-    token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+    """Every line logged in this block (this thread or task) carries `fields`; nested blocks add to them or
+    replace them. A field given as None is not known: it is left out, and an outer block's value stays."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **{key: value for key, value in fields.items() if value is not None}})
     try:
         yield
     finally:
         _CONTEXT.reset(token)
+
+
+def about_pod(pod: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """`log_context` naming `pod`: its namespace, name and node (those it has)."""
+    meta = pod.get("metadata") or {}
+    return log_context(namespace=meta.get("namespace"), pod=meta.get("name"),
+                       node=(pod.get("spec") or {}).get("nodeName"))
 
 
 def current_context() -> dict[str, Any]:

@@ -23,7 +23,7 @@ from common.kube.workqueue import ExponentialBackoff, WorkQueue
 from common.logs import log_context
 from common.runtime_metrics import RuntimeMetrics
 
-log = logging.getLogger("controller")
+log = logging.getLogger("kube.controller")
 
 
 @dataclass(frozen=True)

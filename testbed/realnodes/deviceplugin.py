@@ -31,7 +31,7 @@ HEALTHY = "Healthy"
 POLL_S = 0.5
 PROTO = Path(__file__).with_name("deviceplugin_v1beta1.proto")
 
-log = logging.getLogger("fracgpu.deviceplugin")
+log = logging.getLogger("testbed.deviceplugin")
 
 
 def _load_module(name: str, path: Path) -> ModuleType:

@@ -75,7 +75,7 @@ def test_a_crashing_reconcile_is_logged_with_its_key_retried_and_the_worker_live
     ctl, registry = controller(reconcile)
     ctl.start("thing-worker")
     try:
-        with caplog.at_level(logging.ERROR, logger="controller"):
+        with caplog.at_level(logging.ERROR, logger="kube.controller"):
             ctl.add("ns/bad")
             ctl.add("ns/good")
             assert done.wait(5), "the worker died with the crash"

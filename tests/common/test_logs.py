@@ -15,7 +15,7 @@ from admission.gunicorn_app import GunicornLogger
 from binder.events import EventRecorder
 from binder.reporter import BackgroundReporter
 from common.kube.client import ApiError
-from common.logs import JsonFormatter, RateLimit, TextFormatter, current_context, log_context
+from common.logs import JsonFormatter, RateLimit, TextFormatter, about_pod, current_context, log_context
 
 
 @pytest.fixture
@@ -107,3 +107,24 @@ def test_an_event_that_cannot_be_sent_is_logged_with_the_reconcile_id(json_lines
     assert recorder.flush(5)
     (line,) = [line for line in json_lines() if line["msg"].startswith("could not record event")]
     assert line["reconcile_id"] == "rec-2" and line["namespace"] == "ns"
+
+
+def test_a_field_given_as_none_is_left_out_and_an_outer_value_stays():
+    with log_context(pod="p", node="n1"):
+        with log_context(pod="reservation", node=None, bindrequest=None):
+            assert current_context() == {"pod": "reservation", "node": "n1"}
+
+
+def test_a_line_about_another_pod_names_it_and_its_node_for_that_line_only(json_lines):
+    log = logging.getLogger("test.about")
+    with log_context(namespace="ns", pod="p", node="n1", bindrequest="br"):
+        with about_pod({"metadata": {"namespace": "rsv", "name": "gpu-reservation-1"}, "spec": {"nodeName": "n2"}}):
+            log.info("about the reservation pod")
+        with about_pod({"metadata": {"namespace": "rsv", "name": "pending"}, "spec": {}}):
+            log.info("about a pod on no node yet")
+        log.info("about the bind's pod")
+    reservation, pending, own = json_lines()
+    assert {k: reservation[k] for k in ("namespace", "pod", "node", "bindrequest")} == {
+        "namespace": "rsv", "pod": "gpu-reservation-1", "node": "n2", "bindrequest": "br"}
+    assert (pending["pod"], pending["node"]) == ("pending", "n1")
+    assert (own["namespace"], own["pod"], own["node"]) == ("ns", "p", "n1")
