@@ -30,6 +30,7 @@ from binder.steps import Step
 from common import bindrequest, names
 from common.kube.client import ApiError, KubeClient, pod_path
 from common.kube.errors import transient_cause
+from common.logs import log_context
 
 log = logging.getLogger("binder.pipeline")
 
@@ -122,7 +123,6 @@ class Pipeline:
         """Run one attempt; raise BindFailure naming the step that failed, or BindOutcomeUnknown."""
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
-        fields = ctx.log_fields()
         for failure in run_step(self.plugins, "precheck", ctx):  # before any side effect (L6)
             raise BindFailure(Step.PREBIND, str(failure)) from failure.error
         if not self._resuming(ctx):  # a parked bind coming back did this on its first pass
@@ -130,7 +130,7 @@ class Pipeline:
                 self.reservation.sync_for_node(node_name)
             except Exception as error:  # noqa: BLE001 - clean-up of other groups: never fails this bind (M7)
                 log.warning("failed to sync reservation for pod <%s/%s> on node <%s>: %s; binding anyway", ns,
-                            name, node_name, error, extra=fields)
+                            name, node_name, error)
 
         # With what prechecks added (gpusharing's memory request), so the group label's patch carries them too.
         annotations = {**bind_annotations(ctx.bind_request), **ctx.bind_annotations}
@@ -164,10 +164,11 @@ class Pipeline:
         annotations.update(ctx.bind_annotations)  # what PreBind plugins added
         self._patch_bind_annotations(ctx, annotations)
         self._bind_pod(ctx, node_name, annotations)
-        log.info("pod bound", extra=fields)
+        log.info("pod bound")
 
         for failure in run_step(self.plugins, "postbind", ctx):  # PostBind cannot fail a bind that went through
-            log.error("%s", failure, exc_info=failure.error, extra={**fields, "plugin": failure.plugin})
+            with log_context(plugin=failure.plugin):
+                log.error("%s", failure, exc_info=failure.error)
 
     def _resuming(self, ctx: BindContext) -> bool:
         """Does a parked wait on a reservation pod of this bind's groups go on (ReservationPending)?"""
@@ -188,8 +189,7 @@ class Pipeline:
             try:
                 self.reservation.sync_for_gpu_group(group, fresh=True)  # the cache still shows the label
             except Exception as error:  # noqa: BLE001 - a later sync retries; this bind does not need it
-                log.warning("sync of gpu group %s after removing its label failed: %s", group, error,
-                            extra=ctx.log_fields())
+                log.warning("sync of gpu group %s after removing its label failed: %s", group, error)
 
     def _patch_bind_annotations(self, ctx: BindContext, wanted: dict[str, str]) -> None:
         """Reference 5.1 step 5 (KAI v0.18): the pod carries its bind annotations before it is bound. A fraction
@@ -233,7 +233,7 @@ class Pipeline:
         try:
             current = self.client.get(pod_path(ns, name))
         except ApiError as error:
-            log.warning("binding failed and the pod could not be re-read: %s", error, extra=ctx.log_fields())
+            log.warning("binding failed and the pod could not be re-read: %s", error)
             if unknown is None and transient_cause(error) is not None:
                 # Whatever the Binding's answer said, nobody can tell now whether the pod is bound (a 409
                 # "already assigned" can be to this very node): decide later, never roll back now.
@@ -241,11 +241,11 @@ class Pipeline:
             raise (unknown or BindFailure(Step.BINDING, message)) from cause
         if pod_bound_to(current, ctx.pod, node_name):
             log.warning("binding call failed (%s) but the pod is bound to the node: the bind went through",
-                        cause, extra=ctx.log_fields())
+                        cause)
             return
         if unknown is not None:
             log.warning("binding outcome unknown (%s): decided by a read after the apiserver's request "
-                        "timeout; nothing is rolled back before that", cause, extra=ctx.log_fields())
+                        "timeout; nothing is rolled back before that", cause)
             raise unknown from cause
         raise BindFailure(Step.BINDING, message) from cause
 
@@ -254,18 +254,17 @@ class Pipeline:
         """Undo a failed attempt; return the errors (already logged). Never touches a bound pod."""
         ns, name = ctx.namespace, ctx.pod_name
         node_name = st.spec(ctx.bind_request).get("selectedNode") or ctx.node_name
-        fields = ctx.log_fields()
         try:
             current: dict[str, Any] | None = self.client.get(pod_path(ns, name))
         except ApiError as error:
             if not error.not_found:
                 message = f"failed to re-read pod <{ns}/{name}> before rollback, not rolling back: {error}"
-                log.error(message, extra=fields)
+                log.error(message)
                 return [message]
             current = None
         if current is not None and (current.get("spec") or {}).get("nodeName"):
             log.warning("pod is bound to node %s; nothing of it is rolled back",
-                        current["spec"]["nodeName"], extra=fields)
+                        current["spec"]["nodeName"])
             if (current.get("metadata") or {}).get("uid") == (ctx.pod.get("metadata") or {}).get("uid"):
                 ctx.found_bound_to = current["spec"]["nodeName"]
                 ctx.found_bound_pod = current
@@ -288,5 +287,5 @@ class Pipeline:
             except Exception as error:  # noqa: BLE001
                 errors.append(f"failed to sync reservation pods for node <{node_name}> during rollback: {error}")
         for message in errors:
-            log.error(message, extra=fields)
+            log.error(message)
         return errors

@@ -68,16 +68,6 @@ class BindContext:
     def spec(self) -> dict[str, Any]:
         return self.bind_request.get("spec") or {}
 
-    def log_fields(self) -> dict[str, str]:
-        """`extra=` for common.logs: namespace, pod, node and bindrequest of this attempt."""
-        br_meta = self.bind_request.get("metadata") or {}
-        return {
-            "namespace": self.namespace,
-            "pod": self.pod_name,
-            "node": self.spec.get("selectedNode") or self.node_name,
-            "bindrequest": br_meta.get("name", ""),
-        }
-
 
 class BinderPlugin(Protocol):
     """Reference 9.1: name, PreBind, PostBind, Rollback; and our PreCheck."""

@@ -113,7 +113,7 @@ class K8sPluginWrapper(PluginDefaults):
                 self._fail(ctx, runs, f"K8sPlugin {inner.name} failed PreFilter for pod: {ns}/{pod}. error: {error}",
                            error)
             if skip:
-                log.debug("%s skipped by PreFilter", inner.name, extra=ctx.log_fields())
+                log.debug("%s skipped by PreFilter", inner.name)
                 runs.append(run)
                 continue
             run.active = True
@@ -131,7 +131,7 @@ class K8sPluginWrapper(PluginDefaults):
         """UnAllocate `runs` (latest first), keep nothing, raise the step's error."""
         problems = self._unallocate(ctx, runs)
         for problem in problems:
-            log.error("after a failed step: %s", problem, extra=ctx.log_fields())
+            log.error("after a failed step: %s", problem)
         raise BindError(message) from cause
 
     def _unallocate(self, ctx: BindContext, runs: list[_Run]) -> list[str]:
@@ -149,14 +149,14 @@ class K8sPluginWrapper(PluginDefaults):
     def postbind(self, ctx: BindContext) -> None:
         runs = self._take(_uid(ctx))
         if runs is None:
-            log.error("no kept state for the pod in PostBind", extra=ctx.log_fields())
+            log.error("no kept state for the pod in PostBind")
             return
         for run in runs:
             if run.active:
                 try:
                     run.inner.post_bind(ctx, run.cycle)
                 except Exception:  # noqa: BLE001 - PostBind never fails a bind
-                    log.exception("K8sPlugin %s failed PostBind", run.inner.name, extra=ctx.log_fields())
+                    log.exception("K8sPlugin %s failed PostBind", run.inner.name)
 
     def rollback(self, ctx: BindContext) -> None:
         runs = self._take(_uid(ctx))

@@ -26,6 +26,7 @@ from binder.plugins.dynamicresources import claims as dc
 from binder.plugins.k8swrapper import CycleState, Deadline, K8sPluginWrapper, retry_on_conflict
 from common import names
 from common.kube.client import ApiError, KubeClient, pod_path
+from common.logs import log_context
 
 NAME = "dynamicresources"
 INNER_NAME = "DynamicResources"
@@ -134,7 +135,7 @@ class DynamicResources:
             except dc.DraError as error:
                 # The reference returns these as gRPC status errors (code 2), which is how their text reads.
                 raise dc.DraError(f"{dc.GRPC_UNKNOWN_PREFIX}{error}") from error
-            log.info("resource claim %s allocated and reserved for the pod", claim_name, extra=ctx.log_fields())
+            log.info("resource claim %s allocated and reserved for the pod", claim_name)
 
     def _bind_extended_claim(self, ctx: BindContext, call: _Calls, extended: dict[str, Any]) -> None:
         key = dc.pod_key(ctx.pod)
@@ -157,7 +158,7 @@ class DynamicResources:
                     raise dc.DraError(f"failed to create extended resource claim for pod {key}: {error}") \
                         from error
                 claim = found
-            log.info("extended resource claim %s created", claim["metadata"]["name"], extra=ctx.log_fields())
+            log.info("extended resource claim %s created", claim["metadata"]["name"])
         claim_name = claim["metadata"]["name"]
         try:
             _reserve(call, ctx.namespace, claim_name, ctx.pod, extended["allocation"])
@@ -186,13 +187,13 @@ class DynamicResources:
         try:
             claim = find_extended_claim(call, ctx.pod)
         except ApiError as error:
-            log.warning("extended resource claim lookup failed during rollback: %s", error, extra=ctx.log_fields())
+            log.warning("extended resource claim lookup failed during rollback: %s", error)
             return
         if claim is not None:
             self._delete_claim(ctx, call, claim)
         try:
             if _set_pod_extended_status(call, ctx.pod, None):
-                log.info("pod extendedResourceClaimStatus cleared", extra=ctx.log_fields())
+                log.info("pod extendedResourceClaimStatus cleared")
         except ApiError as error:
             if not error.not_found:
                 raise
@@ -210,13 +211,13 @@ class DynamicResources:
         try:
             retry_on_conflict(drop_finalizer)
             call("DELETE", path)
-            log.info("extended resource claim %s deleted", name, extra=ctx.log_fields())
+            log.info("extended resource claim %s deleted", name)
         except ApiError as error:
             if not error.not_found:
-                log.warning("extended resource claim %s not deleted: %s", name, error, extra=ctx.log_fields())
+                log.warning("extended resource claim %s not deleted: %s", name, error)
 
     def post_bind(self, ctx: BindContext, cycle: CycleState) -> None:
-        log.debug("DynamicResources PostBind", extra=ctx.log_fields())
+        log.debug("DynamicResources PostBind")
 
 
 def resource_api_served(client: KubeClient) -> bool:
@@ -240,18 +241,19 @@ class DynamicResourcesPlugin(K8sPluginWrapper):
             self.discover(client)
 
     def discover(self, client: KubeClient) -> None:
-        try:
-            self.served = resource_api_served(client)
-        except Exception as error:  # noqa: BLE001 - discovery trouble must never stop the binder
-            log.warning("discovery of %s failed, will ask again at the next bind: %s", names.RESOURCE_API_GROUP,
-                        error, extra={"plugin": NAME})
-            return
-        if self.served:
-            log.info("%s/%s is served: dynamicresources is on", names.RESOURCE_API_GROUP,
-                     names.RESOURCE_API_VERSION, extra={"plugin": NAME})
-        else:
-            log.warning("%s/%s is not served by the API server: dynamicresources is off", names.RESOURCE_API_GROUP,
-                        names.RESOURCE_API_VERSION, extra={"plugin": NAME})
+        with log_context(plugin=NAME):  # at build too, before any bind's chain names the plugin
+            try:
+                self.served = resource_api_served(client)
+            except Exception as error:  # noqa: BLE001 - discovery trouble must never stop the binder
+                log.warning("discovery of %s failed, will ask again at the next bind: %s", names.RESOURCE_API_GROUP,
+                            error)
+                return
+            if self.served:
+                log.info("%s/%s is served: dynamicresources is on", names.RESOURCE_API_GROUP,
+                         names.RESOURCE_API_VERSION)
+            else:
+                log.warning("%s/%s is not served by the API server: dynamicresources is off",
+                            names.RESOURCE_API_GROUP, names.RESOURCE_API_VERSION)
 
     def prebind(self, ctx: BindContext) -> None:
         if self.served is None:
@@ -263,7 +265,7 @@ class DynamicResourcesPlugin(K8sPluginWrapper):
         if not self.served:
             if relevant:
                 log.warning("the pod has resource claims but %s is not served; nothing to write",
-                            names.RESOURCE_API_GROUP, extra=ctx.log_fields())
+                            names.RESOURCE_API_GROUP)
             return
         super().prebind(ctx)
 

@@ -194,8 +194,8 @@ class GpuSharingPlugin(PluginDefaults):
                 lambda current: {} if in_capabilities or to_configmap is None else devices_data(current, devices))
         except ConfigMapError as error:
             raise BindError(f"failed to create env configmap: {error}") from error
-        log.info("GPU sharing ConfigMaps written", extra={
-            **ctx.log_fields(), "fields": {"configmap": fraction.capabilities, "visible_devices": devices}})
+        log.info("GPU sharing ConfigMaps written",
+                 extra={"fields": {"configmap": fraction.capabilities, "visible_devices": devices}})
 
     def postbind(self, ctx: BindContext) -> None:
         return None
@@ -210,10 +210,10 @@ class GpuSharingPlugin(PluginDefaults):
         try:
             capabilities = existing_capabilities_configmap_name(ctx.pod, ref)
         except Exception as error:
-            log.info("no GPU sharing ConfigMap to roll back: %s", error, extra=ctx.log_fields())
+            log.info("no GPU sharing ConfigMap to roll back: %s", error)
             return
         if self._pod_is_bound(ctx):
-            log.warning("pod is bound; keeping its GPU sharing ConfigMaps", extra=ctx.log_fields())
+            log.warning("pod is bound; keeping its GPU sharing ConfigMaps")
             return
         errors = []
         for name in (capabilities, env_configmap_name(capabilities)):
@@ -233,8 +233,7 @@ class GpuSharingPlugin(PluginDefaults):
         except ApiError as error:
             if error.not_found:
                 return False
-            log.warning("cannot tell whether the pod is bound (%s); keeping its ConfigMaps", error,
-                        extra=ctx.log_fields())
+            log.warning("cannot tell whether the pod is bound (%s); keeping its ConfigMaps", error)
             return True
         if (pod.get("metadata") or {}).get("uid") != (ctx.pod.get("metadata") or {}).get("uid"):
             return False

@@ -67,7 +67,7 @@ class HamiCorePlugin(PluginDefaults):
             raise BindError(f"failed to calculate {names.CUDA_DEVICE_MEMORY_LIMIT} for pod "
                             f"<{ctx.namespace}/{ctx.pod_name}>: {limit.message}")
         set_capabilities_keys(ctx, {names.CUDA_DEVICE_MEMORY_LIMIT: limit}, names.CUDA_DEVICE_MEMORY_LIMIT)
-        log.info("GPU memory limit written", extra={**ctx.log_fields(), "fields": {"limit": limit}})
+        log.info("GPU memory limit written", extra={"fields": {"limit": limit}})
 
     def postbind(self, ctx: BindContext) -> None:
         return None

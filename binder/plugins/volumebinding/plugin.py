@@ -110,12 +110,11 @@ class VolumeBinding:
                 apply.bind_pv(ctx.client, claim, pv)
                 bound_pvs.append((pv["metadata"]["name"], claim))
                 log.info("persistentvolume %s bound to persistentvolumeclaim %s", pv["metadata"]["name"],
-                         claim["metadata"]["name"], extra=ctx.log_fields())
+                         claim["metadata"]["name"])
             for claim in plan.provisions:
                 if apply.select_node(ctx.client, claim, ctx.node_name):
                     selected.append(claim["metadata"]["name"])
-                    log.info("persistentvolumeclaim %s: provisioning asked on the node", claim["metadata"]["name"],
-                             extra=ctx.log_fields())
+                    log.info("persistentvolumeclaim %s: provisioning asked on the node", claim["metadata"]["name"])
         finally:
             self.ledger.release(_uid(ctx))  # the PVs' claimRefs now keep other binds away
         expected: dict[str, str | None] = {c["metadata"]["name"]: pv["metadata"]["name"] for c, pv in plan.bindings}
@@ -132,13 +131,13 @@ class VolumeBinding:
         while selected:
             name = selected[-1]
             if apply.clear_selected_node(ctx.client, ctx.namespace, name, ctx.node_name):
-                log.info("persistentvolumeclaim %s: provisioning request taken back", name, extra=ctx.log_fields())
+                log.info("persistentvolumeclaim %s: provisioning request taken back", name)
             selected.pop()
         bound_pvs: list[tuple[str, dict[str, Any]]] = cycle.get(_BOUND_PVS) or []
         while bound_pvs:
             pv_name, claim = bound_pvs[-1]
             if apply.release_pv(ctx.client, pv_name, claim):
-                log.info("persistentvolume %s released", pv_name, extra=ctx.log_fields())
+                log.info("persistentvolume %s released", pv_name)
             bound_pvs.pop()
 
     def post_bind(self, ctx: BindContext, cycle: CycleState) -> None:
