@@ -79,9 +79,8 @@ class EventRecorder:
         try:
             self._queue.put_nowait((event, current_context()))
         except queue.Full:
-            log.warning("event queue full; dropping %s event %s: %s", event_type, reason, message,
-                        extra={"namespace": event["metadata"]["namespace"],
-                               "pod": event["involvedObject"]["name"]})
+            with log_context(namespace=event["metadata"]["namespace"], pod=event["involvedObject"]["name"]):
+                log.warning("event queue full; dropping %s event %s: %s", event_type, reason, message)
             if self._on_drop:
                 self._on_drop()
 
@@ -102,8 +101,8 @@ class EventRecorder:
         try:
             self.client.create(events_path(event["metadata"]["namespace"]), event)
         except ApiError as error:
-            log.warning("could not record event %s: %s", event["reason"], error,
-                        extra={"namespace": event["metadata"]["namespace"]})
+            with log_context(namespace=event["metadata"]["namespace"]):
+                log.warning("could not record event %s: %s", event["reason"], error)
         except Exception:  # noqa: BLE001 - the sender must survive anything
             log.exception("could not record event")
 

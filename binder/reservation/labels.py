@@ -80,8 +80,7 @@ class PodLabels:
         except ApiError as error:
             raise LabelError(f"failed to remove stale GPU group labels {keys} from pod <{_ref(pod)}>: "
                              f"{error}") from error
-        log.info("removed GPU group labels of an earlier placement", extra={
-            "namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "fields": {"groups": stale}})
+        log.info("removed GPU group labels of an earlier placement", extra={"fields": {"groups": stale}})
         return stale
 
     def remove_all(self, pod: Obj) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from common import names
 from common.flags import Parser, add_logging_flags, kubeconfig_path, log_startup, parse, resolve_log_level
 from common.kube.client import ApiError, KubeClient, pod_path
-from common.logs import configure_logging
+from common.logs import configure_logging, log_context
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -131,20 +131,20 @@ def is_fake_gpu(flag: bool, environ: dict[str, str]) -> bool:
 def report_gpu(client: KubeClient, environ: dict[str, str], fake_gpu: bool, nvml: Any = None) -> str | None:
     """Steps 2-5: the UUID written, or None when the annotation was already there."""
     namespace, name = pod_identity(environ)
-    fields = {"namespace": namespace, "pod": name}
-    patched, pod = already_patched(client, namespace, name)
-    if patched:
-        log.info("Pod already has its GPU device annotation, skipping discovery", extra=fields)
-        return None
-    if fake_gpu:
-        gpu_uuid = allocated_device(environ) or fake_gpu_uuid(pod)
-    else:
-        if nvml is None:
-            import pynvml as nvml
-        gpu_uuid = discover_gpu_uuid(nvml)
-    patch_device_info(client, namespace, name, gpu_uuid)
-    log.info("Pod was updated with GPU device UUID", extra={**fields, "fields": {"uuid": gpu_uuid}})
-    return gpu_uuid
+    with log_context(namespace=namespace, pod=name):
+        patched, pod = already_patched(client, namespace, name)
+        if patched:
+            log.info("Pod already has its GPU device annotation, skipping discovery")
+            return None
+        if fake_gpu:
+            gpu_uuid = allocated_device(environ) or fake_gpu_uuid(pod)
+        else:
+            if nvml is None:
+                import pynvml as nvml
+            gpu_uuid = discover_gpu_uuid(nvml)
+        patch_device_info(client, namespace, name, gpu_uuid)
+        log.info("Pod was updated with GPU device UUID", extra={"fields": {"uuid": gpu_uuid}})
+        return gpu_uuid
 
 
 def stop_on_signals(stop: threading.Event) -> None:

@@ -31,6 +31,7 @@ from binder.reservation.settings import ReservationSettings
 from binder.reservation.waits import ParkedWaits, ReservationPending, ReservationPodGone, Wait, look
 from common import gpugroups, names
 from common.kube.client import ApiError, pod_path
+from common.logs import about_pod, log_context
 from common.objects import meta as _meta
 
 if TYPE_CHECKING:
@@ -50,12 +51,6 @@ class ReservationError(Exception):
 
 def _ref(obj: Obj) -> str:
     return f"{_meta(obj).get('namespace', '')}/{_meta(obj).get('name', '')}"
-
-
-def _log_fields(pod: Obj, group: str) -> Obj:
-    """`extra=` for a log line about `pod`: its namespace, name and node, and the group."""
-    return {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"),
-            "node": (pod.get("spec") or {}).get("nodeName"), "fields": {"group": group}}
 
 
 def gpu_id_of(reservation_pod: Obj) -> str:
@@ -111,17 +106,18 @@ class ReservationService:
         A group whose lock is held (a reservation of up to the allocation timeout, another sync) is skipped,
         not waited for: whoever holds it is working on that group, and a bind on the node must not queue
         behind it (M7)."""
-        on_node = self.reads.grouped_pods_on_node(node_name)
-        groups = sorted({group for pod in on_node for group in gpugroups.pod_groups(pod)})
-        first_error: Exception | None = None
-        for group in groups:
-            try:
-                with self.locks.hold(group, blocking=False) as held:
-                    if held:
-                        self._sync_group_locked(group)
-            except Exception as error:  # noqa: BLE001
-                log.warning("reservation sync failed for gpu group %s: %s", group, error, extra={"node": node_name})
-                first_error = first_error or error
+        with log_context(node=node_name):
+            on_node = self.reads.grouped_pods_on_node(node_name)
+            groups = sorted({group for pod in on_node for group in gpugroups.pod_groups(pod)})
+            first_error: Exception | None = None
+            for group in groups:
+                try:
+                    with self.locks.hold(group, blocking=False) as held:
+                        if held:
+                            self._sync_group_locked(group)
+                except Exception as error:  # noqa: BLE001
+                    log.warning("reservation sync failed for gpu group %s: %s", group, error)
+                    first_error = first_error or error
         if first_error is not None:
             raise first_error
 
@@ -132,44 +128,45 @@ class ReservationService:
             self._sync_group_locked(group, fresh)
 
     def _sync_group_locked(self, group: str, fresh: bool = False) -> None:
-        ns = self.settings.namespace
-        reads = self.api if fresh else self.reads
-        state = gc.group_state(gc.classify_group_pods(reads.pods_of_group(group), ns))
-        if state is gc.GroupState.BALANCED:
-            return
-        if state is gc.GroupState.UNUSED_RESERVATION and gc.has_active_bind_request(
-                reads.bind_requests_of_group(group), group):
-            log.info("Skipping reservation pod deletion, active BindRequests exist", extra={"fields": {"group": group}})
-            return
-        # The cache suggests deleting something: decide again from the API server.
-        group_pods = gc.classify_group_pods(self.api.pods_of_group(group), ns)
-        state = gc.group_state(group_pods)
-        for dead in group_pods.dead_reservations:
-            if not _meta(dead).get("deletionTimestamp"):
-                log.warning("deleting dead reservation pod %s (phase %s)", _ref(dead),
-                            (dead.get("status") or {}).get("phase"), extra=_log_fields(dead, group))
-                self._delete_pod(dead, grace_zero=True)
-        if state is gc.GroupState.ORPHAN_FRACTION_PODS:
-            self._delete_orphaned_users(group_pods, group)
-        elif state is gc.GroupState.UNUSED_RESERVATION:
-            try:
-                bind_requests = self.confirmation.of_group(group)
-            except ApiError as error:
-                raise ReservationError(f"failed to list BindRequests: {error}") from error
-            reservation = group_pods.reservation or {}
-            if self.waits.holds(group, reservation):
-                log.info("Skipping reservation pod deletion, a BindRequest waits for its GPU id",
-                         extra=_log_fields(reservation, group))
+        with log_context(group=group):
+            ns = self.settings.namespace
+            reads = self.api if fresh else self.reads
+            state = gc.group_state(gc.classify_group_pods(reads.pods_of_group(group), ns))
+            if state is gc.GroupState.BALANCED:
                 return
-            if gc.has_active_bind_request(bind_requests, group):
-                log.info("Skipping reservation pod deletion, active BindRequests exist",
-                         extra=_log_fields(reservation, group))
+            if state is gc.GroupState.UNUSED_RESERVATION and gc.has_active_bind_request(
+                    reads.bind_requests_of_group(group), group):
+                log.info("Skipping reservation pod deletion, active BindRequests exist")
                 return
-            log.info("deleting unused reservation pod %s", _ref(reservation), extra=_log_fields(reservation, group))
-            try:
-                self._delete_pod(reservation, grace_zero=True)
-            except ApiError as error:
-                raise ReservationError(f"failed to delete reservation pod: {error}") from error
+            # The cache suggests deleting something: decide again from the API server.
+            group_pods = gc.classify_group_pods(self.api.pods_of_group(group), ns)
+            state = gc.group_state(group_pods)
+            for dead in group_pods.dead_reservations:
+                if not _meta(dead).get("deletionTimestamp"):
+                    with about_pod(dead):
+                        log.warning("deleting dead reservation pod %s (phase %s)", _ref(dead),
+                                    (dead.get("status") or {}).get("phase"))
+                    self._delete_pod(dead, grace_zero=True)
+            if state is gc.GroupState.ORPHAN_FRACTION_PODS:
+                self._delete_orphaned_users(group_pods, group)
+            elif state is gc.GroupState.UNUSED_RESERVATION:
+                try:
+                    bind_requests = self.confirmation.of_group(group)
+                except ApiError as error:
+                    raise ReservationError(f"failed to list BindRequests: {error}") from error
+                reservation = group_pods.reservation or {}
+                with about_pod(reservation):
+                    if self.waits.holds(group, reservation):
+                        log.info("Skipping reservation pod deletion, a BindRequest waits for its GPU id")
+                        return
+                    if gc.has_active_bind_request(bind_requests, group):
+                        log.info("Skipping reservation pod deletion, active BindRequests exist")
+                        return
+                    log.info("deleting unused reservation pod %s", _ref(reservation))
+                try:
+                    self._delete_pod(reservation, grace_zero=True)
+                except ApiError as error:
+                    raise ReservationError(f"failed to delete reservation pod: {error}") from error
 
     def _delete_orphaned_users(self, group_pods: gc.GroupPods, group: str, keep: str | None = None) -> None:
         """Delete the group's users on a node (Running, or Pending with a node): no reservation pod holds their
@@ -178,7 +175,8 @@ class ReservationService:
             if _meta(user).get("uid") == keep or _meta(user).get("deletionTimestamp"):
                 continue
             # The reference's warning reads like routine GC; it is not: a workload loses its GPU (on_orphan_deleted).
-            log.error("Warning: Found pod without reservation, deleting", extra=_log_fields(user, group))
+            with about_pod(user):
+                log.error("Warning: Found pod without reservation, deleting")
             self._delete_pod(user, grace_zero=False)
             if self.on_orphan_deleted is not None:
                 self.on_orphan_deleted(user, group)
@@ -205,7 +203,8 @@ class ReservationService:
         """The GPU id of `group` on `node_name`: find or create the group's reservation pod (for `compute_mode`:
         a group reserved for another mode is never joined), wait for its id, then label `pod` with the group
         (the in-memory pod too), `annotations` in the same patch. Raises ReservationError."""
-        with self.locks.hold(group):
+        with log_context(namespace=_meta(pod).get("namespace"), pod=_meta(pod).get("name"), node=node_name,
+                         group=group), self.locks.hold(group):
             gpu_id = self._gpu_id_locked(pod, node_name, group, compute_mode)
             try:
                 self._label_pod(pod, group, annotations)
@@ -213,8 +212,7 @@ class ReservationService:
                 try:
                     self._sync_group_locked(group)
                 except Exception as sync_error:  # noqa: BLE001
-                    log.warning("reservation sync after a failed group label: %s", sync_error,
-                                extra={"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name")})
+                    log.warning("reservation sync after a failed group label: %s", sync_error)
                 raise
             return gpu_id
 
@@ -242,13 +240,11 @@ class ReservationService:
 
     def _gpu_id_locked(self, pod: Obj, node_name: str, group: str, compute_mode: str) -> str:
         ns = self.settings.namespace
-        fields = {"namespace": _meta(pod).get("namespace"), "pod": _meta(pod).get("name"), "node": node_name,
-                  "fields": {"group": group}}
         waiter = _meta(pod).get("uid")
         parked = self.waits.resumable(group, node_name, compute_mode) if self.park_waits else None
         if parked is not None:  # a wait of an earlier call: carry on with it, within its allocation timeout
-            return self._wait_for_gpu_id(parked.name, fields, parked.uid, group, node_name, compute_mode,
-                                         parked.version, waiter)
+            return self._wait_for_gpu_id(parked.name, parked.uid, group, node_name, compute_mode, parked.version,
+                                         waiter)
         cached = self._cached_gpu_id(node_name, group, compute_mode)
         if cached:
             return cached
@@ -259,7 +255,7 @@ class ReservationService:
             if _meta(dead).get("deletionTimestamp"):
                 raise ReservationError(f"reservation pod {_ref(dead)} of gpu group {group} is being deleted")
             log.warning("deleting dead reservation pod %s (phase %s) before reserving again", _ref(dead),
-                        (dead.get("status") or {}).get("phase"), extra=fields)
+                        (dead.get("status") or {}).get("phase"))
             self._delete_pod(dead, grace_zero=True)
             existing = [p for p in existing if p is not dead]
             if not existing:
@@ -279,10 +275,9 @@ class ReservationService:
                                        f"(reservation pod {_ref(reservation)}), not {compute_mode}")
             if gpu_id_of(reservation):
                 return gpu_id_of(reservation)
-            log.info("reservation pod has no GPU id yet, waiting", extra=fields)
-            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), fields, _meta(reservation).get("uid"),
-                                         group, node_name, compute_mode, _meta(reservation).get("resourceVersion", ""),
-                                         waiter)
+            log.info("reservation pod has no GPU id yet, waiting")
+            return self._wait_for_gpu_id(_meta(reservation).get("name", ""), _meta(reservation).get("uid"), group,
+                                         node_name, compute_mode, _meta(reservation).get("resourceVersion", ""), waiter)
 
         if self._scaling_up():
             raise ReservationError("cluster is scaling up, could not create reservation pod")
@@ -292,12 +287,12 @@ class ReservationService:
         try:
             created = _meta(self.client.create(pod_path(ns), body))
             uid, version = created.get("uid"), created.get("resourceVersion", "")
-            log.info("GPU reservation pod created", extra={**fields, "fields": {"group": group, "reservation": name}})
+            log.info("GPU reservation pod created", extra={"fields": {"reservation": name}})
         except ApiError as error:
             if not error.already_exists:
                 raise ReservationError(f"failed to create reservation pod {ns}/{name}: {error}") from error
-            log.info("GPU reservation pod already exists for gpu group, reusing", extra=fields)
-        return self._wait_for_gpu_id(name, fields, uid, group, node_name, compute_mode, version, waiter)
+            log.info("GPU reservation pod already exists for gpu group, reusing")
+        return self._wait_for_gpu_id(name, uid, group, node_name, compute_mode, version, waiter)
 
     def _scaling_up(self) -> bool:
         try:
@@ -306,8 +301,8 @@ class ReservationService:
             log.warning("could not check whether the cluster is scaling up: %s", error)
             return False
 
-    def _wait_for_gpu_id(self, name: str, fields: Obj, uid: str | None, group: str, node_name: str,
-                         compute_mode: str, version: str = "", waiter: str | None = None) -> str:
+    def _wait_for_gpu_id(self, name: str, uid: str | None, group: str, node_name: str, compute_mode: str,
+                         version: str = "", waiter: str | None = None) -> str:
         """Wait until the reservation pod writes a non-empty GPU id, it disappears, the kubelet rejects it,
         or the allocation timeout passes; on failure delete it (grace 0, only this very pod: uid) so the next
         attempt starts clean. With `park_waits`, each call looks once and raises ReservationPending while
@@ -351,13 +346,13 @@ class ReservationService:
         except (ApiError, ReservationError, ReservationPodGone) as error:
             why = str(error)
         self.waits.end(group, wait)
-        log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why, extra=fields)
+        log.warning("reservation pod %s/%s did not report a GPU id: %s", ns, name, why)
         if wait.uid:
             self._remember_deleted(wait.uid)
             try:
                 self.client.delete_exact(pod_path(ns, name), wait.uid, grace_seconds=0)
             except ApiError as error:
-                log.warning("could not delete reservation pod %s/%s: %s", ns, name, error, extra=fields)
+                log.warning("could not delete reservation pod %s/%s: %s", ns, name, error)
         message = f"failed waiting for GPU reservation pod to allocate: {ns}/{name}"
         raise ReservationError(f"{message} ({rejected})" if rejected else message)
 
@@ -395,7 +390,8 @@ class ReservationService:
         """Remove group labels of an earlier placement, so the pod's labels become exactly `groups`;
         return the groups it no longer belongs to (their reservations may now be unused)."""
         try:
-            return self.labels.drop_stale(pod, groups)
+            with about_pod(pod):
+                return self.labels.drop_stale(pod, groups)
         except LabelError as error:
             raise ReservationError(str(error)) from error
 

@@ -14,6 +14,7 @@ from binder.reservation.service import ReservationError, ReservationService
 from binder.reservation.settings import ReservationSettings
 from common import names
 from common.kube.client import pod_path
+from testbed.logcapture import json_log_lines
 
 pytestmark = pytest.mark.apiserver
 
@@ -174,13 +175,13 @@ def test_running_fraction_pod_without_reservation_is_deleted_pending_one_is_kept
     assert get_pod(api, namespace, "waiting")["metadata"].get("deletionTimestamp") is None
 
 
-def test_gc_deletions_are_logged_with_the_pod_its_namespace_and_node(api, namespace, rsv_namespace, service, caplog):
+def test_gc_deletions_are_logged_with_the_pod_its_namespace_and_node(api, namespace, rsv_namespace, service):
     reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
     plain_pod(api, namespace, "orphan", labels={"runai-gpu-group": "g2"}, node="n1", phase="Running")
-    with caplog.at_level(logging.INFO, logger="binder.reservation"):
+    with json_log_lines("binder.reservation", logging.INFO) as lines:
         service.sync_for_node("n1")
-    logged = {(r.namespace, r.pod, r.node) for r in caplog.records
-              if "deleting" in r.getMessage() and hasattr(r, "pod") and hasattr(r, "node")}
+    logged = {(line["namespace"], line["pod"], line["node"]) for line in lines
+              if "deleting" in line["msg"] and "pod" in line and "node" in line}
     assert logged == {(rsv_namespace, reservation_pod_name("n1", "g1"), "n1"), (namespace, "orphan", "n1")}
 
 
