@@ -11,6 +11,7 @@ import copy
 import json
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from admission.plugins import AdmissionPlugin, Denied
 from admission.plugins.base import AdmissionRequest
 from admission.podshape import PodDecodeError, check_pod_shape, fill_nulls
 from common.gotext import go_quote
-from common.logs import RateLimit
+from common.logs import RateLimit, log_context
 
 MAX_BODY_BYTES = 7 * 1024 * 1024
 DEFAULT_API_VERSION = "admission.k8s.io/v1"
@@ -160,28 +161,27 @@ def _username(request: dict[str, Any]) -> str:
     return username if isinstance(username, str) else ""
 
 
-def _log_fields(request: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+def _about_pod(pod: dict[str, Any], request_namespace: str) -> AbstractContextManager[None]:
+    """The log context of the lines about the review's pod: its namespace (the request's where it names none) and
+    its name (its generateName while it has none)."""
     metadata = pod.get("metadata") or {}
-    return {
-        "namespace": metadata.get("namespace") or request.get("namespace"),
-        "pod": metadata.get("name") or metadata.get("generateName"),
-        "uid": request.get("uid"),
-        "operation": request.get("operation"),
-    }
+    return log_context(namespace=metadata.get("namespace") or request_namespace,
+                       pod=metadata.get("name") or metadata.get("generateName"))
 
 
-def log_refusal(level: int, message: str, extra: dict[str, Any]) -> None:
-    """Log one denied or invalid review, unless the refusal rate limit holds it back (then it is counted)."""
+def log_refusal(level: int, message: str, fields: dict[str, Any]) -> None:
+    """Log one denied or invalid review with the line's own `fields`, unless the refusal rate limit holds it back
+    (then it is counted)."""
     dropped = _refusals.allow()
     if dropped is None:
         return
     if dropped:
-        extra = {**extra, "fields": {**extra.get("fields", {}), "suppressed_since_last": dropped}}
-    log.log(level, message, extra=extra)
+        fields = {**fields, "suppressed_since_last": dropped}
+    log.log(level, message, extra={"fields": fields})
 
 
 def _run_chain(
-    step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any], request: dict[str, Any],
+    step: str, plugins: Sequence[AdmissionPlugin], pod: dict[str, Any],
     admission_request: AdmissionRequest | None = None,
 ) -> tuple[str, str] | None:
     """Run one method of every plugin in order; the first denial as (plugin, message), else None. A plugin that
@@ -193,9 +193,9 @@ def _run_chain(
             else:
                 getattr(plugin, step)(pod)
         except Denied as denial:
-            log_refusal(logging.INFO, f"pod {step.replace('mutate', 'mutation').replace('validate', 'validation')} "
-                        "denied", {**_log_fields(request, pod), "plugin": plugin.name,
-                                   "fields": {"reason": str(denial)}})
+            with log_context(plugin=plugin.name):
+                log_refusal(logging.INFO, f"pod {step.replace('mutate', 'mutation').replace('validate', 'validation')}"
+                            " denied", {"reason": str(denial)})
             return plugin.name, str(denial)
     return None
 
@@ -205,24 +205,26 @@ def _decide(body: bytes, content_type: str | None, decide: Any) -> Reply:
     try:
         api_version, request = _read_review(body, content_type)
     except _Rejected as rejected:
-        _log_invalid({"uid": ""}, rejected)
+        with log_context(uid=""):  # none could be read
+            _log_invalid(rejected)
         return _errored("", None, rejected.code, rejected.message)
     uid = request.get("uid", "")
-    try:
-        return decide(api_version, request)
-    except _Rejected as rejected:
-        _log_invalid(request, rejected)
-        return _errored(uid, api_version, rejected.code, rejected.message)
-    except Exception as error:  # a bug must cost one request, never the worker
-        log.exception("admission handler failed", extra={"uid": uid})
-        return _errored(uid, api_version, 500, f"panic: {error} [recovered]")
+    # Every line about this review names it, and the object as the request names it (a line about the decoded pod
+    # names that one: _about_pod).
+    with log_context(uid=uid, operation=request.get("operation") or None, namespace=request.get("namespace") or None,
+                     pod=request.get("name") or None):
+        try:
+            return decide(api_version, request)
+        except _Rejected as rejected:
+            _log_invalid(rejected)
+            return _errored(uid, api_version, rejected.code, rejected.message)
+        except Exception as error:  # a bug must cost one request, never the worker
+            log.exception("admission handler failed")
+            return _errored(uid, api_version, 500, f"panic: {error} [recovered]")
 
 
-def _log_invalid(request: dict[str, Any], rejected: _Rejected) -> None:
-    log_refusal(logging.WARNING, "admission review invalid", {
-        "uid": request.get("uid"), "operation": request.get("operation") or None,
-        "namespace": request.get("namespace") or None, "pod": request.get("name") or None,
-        "fields": {"code": rejected.code, "reason": rejected.message}})
+def _log_invalid(rejected: _Rejected) -> None:
+    log_refusal(logging.WARNING, "admission review invalid", {"code": rejected.code, "reason": rejected.message})
 
 
 def mutate(
@@ -244,26 +246,26 @@ def mutate(
         # null that decodes as an empty value is no reason for a patch on its own.
         baseline = copy.deepcopy(pod) if fill_nulls(pod) else original
         request_namespace = request.get("namespace") or ""
-        object_namespace = (pod.get("metadata") or {}).get("namespace") or ""
-        if object_namespace and request_namespace and object_namespace != request_namespace:
-            message = (
-                f"error: the namespace from the provided object {object_namespace} does not match "
-                f"the namespace {request_namespace}"
-            )
-            log_refusal(logging.INFO, "pod mutation denied",
-                        {**_log_fields(request, pod), "fields": {"reason": message}})
-            return _denied(uid, api_version, message, None)
-        if not object_namespace and request_namespace:
-            if pod.get("metadata") is None:
-                pod["metadata"] = {}
-            pod["metadata"]["namespace"] = request_namespace
-        denial = _run_chain("mutate", plugins, pod, request)
-        if denial:
-            return _denied(uid, api_version, denial[1], denial[0])
-        if pod == baseline:
-            return _allowed(uid, api_version)
-        log.debug("pod mutated", extra=_log_fields(request, pod))
-        return _allowed(uid, api_version, make_patch(original, pod))
+        with _about_pod(pod, request_namespace):
+            object_namespace = (pod.get("metadata") or {}).get("namespace") or ""
+            if object_namespace and request_namespace and object_namespace != request_namespace:
+                message = (
+                    f"error: the namespace from the provided object {object_namespace} does not match "
+                    f"the namespace {request_namespace}"
+                )
+                log_refusal(logging.INFO, "pod mutation denied", {"reason": message})
+                return _denied(uid, api_version, message, None)
+            if not object_namespace and request_namespace:
+                if pod.get("metadata") is None:
+                    pod["metadata"] = {}
+                pod["metadata"]["namespace"] = request_namespace
+            denial = _run_chain("mutate", plugins, pod)
+            if denial:
+                return _denied(uid, api_version, denial[1], denial[0])
+            if pod == baseline:
+                return _allowed(uid, api_version)
+            log.debug("pod mutated")
+            return _allowed(uid, api_version, make_patch(original, pod))
 
     return _decide(body, content_type, decide)
 
@@ -292,10 +294,11 @@ def validate(
         if old_pod is not None:
             fill_nulls(old_pod)
         admission_request = AdmissionRequest(operation=operation, old_pod=old_pod, username=_username(request))
-        denial = _run_chain("validate", plugins, pod, request, admission_request)
-        if denial:
-            return _denied(uid, api_version, denial[1], denial[0])
-        log.debug("pod validated", extra=_log_fields(request, pod))
-        return _allowed(uid, api_version)
+        with _about_pod(pod, request.get("namespace") or ""):
+            denial = _run_chain("validate", plugins, pod, admission_request)
+            if denial:
+                return _denied(uid, api_version, denial[1], denial[0])
+            log.debug("pod validated")
+            return _allowed(uid, api_version)
 
     return _decide(body, content_type, decide)

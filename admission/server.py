@@ -87,9 +87,9 @@ class WebhookApp:
             elapsed = time.perf_counter() - started
             metrics.observe(path, reply.outcome, reply.plugin, elapsed)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("admission request answered", extra={
-                    "uid": reply.review["response"].get("uid"),
-                    "fields": {"outcome": reply.outcome, "seconds": round(elapsed, 6)}})
+                with log_context(uid=reply.review["response"].get("uid")):
+                    log.debug("admission request answered",
+                              extra={"fields": {"outcome": reply.outcome, "seconds": round(elapsed, 6)}})
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
         return [payload]
 

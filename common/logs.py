@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 CONTEXT_FIELDS = ("namespace", "pod", "node", "bindrequest", "plugin", "webhook", "uid", "operation")
@@ -35,15 +35,28 @@ _CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("fr
                                                                              default=_NO_CONTEXT)
 
 
-@contextlib.contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
+class _LogContext:
+    """A class rather than a @contextmanager generator, which cost a webhook request several microseconds more."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._fields = fields
+
+    def __enter__(self) -> None:
+        fields = self._fields
+        if None in fields.values():
+            fields = {key: value for key, value in fields.items() if value is not None}
+        self._token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+
+    def __exit__(self, *exc_info: object) -> None:
+        _CONTEXT.reset(self._token)
+
+
+def log_context(**fields: Any) -> contextlib.AbstractContextManager[None]:
     """Every line logged in this block (this thread or task) carries `fields`; nested blocks add to them or
     replace them. A field given as None is not known: it is left out, and an outer block's value stays."""
-    token = _CONTEXT.set({**_CONTEXT.get(), **{key: value for key, value in fields.items() if value is not None}})
-    try:
-        yield
-    finally:
-        _CONTEXT.reset(token)
+    return _LogContext(fields)
 
 
 def about_pod(pod: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:

@@ -2,12 +2,14 @@
 
 import base64
 import json
+import logging
 
 import jsonpatch
 import pytest
 
 from admission import review
 from admission.plugins import build_plugins
+from testbed.logcapture import json_log_lines
 
 PLUGINS = build_plugins(gpu_sharing_enabled=True, hami_core_enabled=True, block_nvidia_visible_devices=False,
                         runtime_class_name="nvidia")
@@ -257,13 +259,13 @@ def test_missing_scheduler_name_counts_as_empty():
     assert validated["status"]["message"] == "gpu-fraction annotation value must be a positive number smaller than 1.0"
 
 
-def test_namespace_mismatch_denial_is_logged_at_info(caplog):
-    with caplog.at_level("INFO", logger="admission.review"):
+def test_namespace_mismatch_denial_is_logged_at_info():
+    with json_log_lines("admission.review", logging.INFO) as lines:
         mutate({"uid": "u-ns", "operation": "CREATE", "namespace": "other", "object": fraction_pod()})
-    denials = [record for record in caplog.records if getattr(record, "uid", None) == "u-ns"]
-    assert len(denials) == 1 and denials[0].levelname == "INFO"
-    assert denials[0].namespace == "ns" and denials[0].pod == "p"
-    assert "does not match the namespace other" in denials[0].fields["reason"]
+    denials = [line for line in lines if line.get("uid") == "u-ns"]
+    assert len(denials) == 1 and denials[0]["level"] == "info"
+    assert denials[0]["namespace"] == "ns" and denials[0]["pod"] == "p"
+    assert "does not match the namespace other" in denials[0]["reason"]
 
 
 @pytest.mark.parametrize("envelope", [{}, {"request": None}])

@@ -12,6 +12,7 @@ import pytest
 from admission import review
 from admission.plugins import build_plugins
 from common.logs import RateLimit
+from testbed.logcapture import json_log_lines
 
 PLUGINS = build_plugins(gpu_sharing_enabled=True, hami_core_enabled=True, block_nvidia_visible_devices=True,
                         runtime_class_name="nvidia")
@@ -151,29 +152,32 @@ def fresh_limit(monkeypatch):
     return now
 
 
-def refusals(caplog):
-    return [record for record in caplog.records if record.name == "admission.review"]
+def refusals():
+    """The lines admission.review logs at info or above inside the block, as the webhook writes them."""
+    return json_log_lines("admission.review", logging.INFO)
 
 
-def test_invalid_reviews_are_logged_with_uid_and_reason(caplog, fresh_limit):
-    caplog.set_level(logging.INFO, logger="admission.review")
-    answer(review.mutate, {"apiVersion": "apps/v1", "kind": "Deployment"})
-    (line,) = refusals(caplog)
-    assert line.getMessage() == "admission review invalid" and line.uid == "u1" and line.levelname == "WARNING"
-    assert line.fields == {"code": 400, "reason": "unable to decode apps/v1, Kind=Deployment into *v1.Pod"}
+def test_invalid_reviews_are_logged_with_uid_and_reason(fresh_limit):
+    with refusals() as lines:
+        answer(review.mutate, {"apiVersion": "apps/v1", "kind": "Deployment"})
+    (line,) = lines
+    assert line["msg"] == "admission review invalid" and line["uid"] == "u1" and line["level"] == "warning"
+    assert {key: line[key] for key in ("code", "reason")} == {
+        "code": 400, "reason": "unable to decode apps/v1, Kind=Deployment into *v1.Pod"}
+    assert "suppressed_since_last" not in line
 
 
-def test_a_flood_of_refusals_is_rate_limited_and_the_held_back_lines_counted(caplog, fresh_limit):
-    caplog.set_level(logging.INFO, logger="admission.review")
+def test_a_flood_of_refusals_is_rate_limited_and_the_held_back_lines_counted(fresh_limit):
     denied = fraction_pod()
     denied["metadata"]["annotations"]["gpu-fraction"] = "abc"
-    for _ in range(review.REFUSALS_BURST + 30):
-        answer(review.validate, denied)
-    assert len(refusals(caplog)) == review.REFUSALS_BURST
-    assert all(record.getMessage() == "pod validation denied" and record.uid == "u1" and record.plugin == "gpusharing"
-               for record in refusals(caplog))
-    caplog.clear()
+    with refusals() as lines:
+        for _ in range(review.REFUSALS_BURST + 30):
+            answer(review.validate, denied)
+    assert len(lines) == review.REFUSALS_BURST
+    assert all(line["msg"] == "pod validation denied" and line["uid"] == "u1" and line["plugin"] == "gpusharing"
+               for line in lines)
     fresh_limit[0] += 1.0
-    answer(review.validate, denied)
-    (line,) = refusals(caplog)
-    assert line.fields["suppressed_since_last"] == 30 and "reason" in line.fields
+    with refusals() as lines:
+        answer(review.validate, denied)
+    (line,) = lines
+    assert line["suppressed_since_last"] == 30 and "reason" in line
