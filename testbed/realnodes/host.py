@@ -48,6 +48,9 @@ INSTALL_HINT = "run `make real-node-deps` (apt packages and the kubelet build; t
 # One real-node cluster per machine: they share the pod network's address, the fixed paths and the cgroup parent,
 # and a starting cluster sweeps what a killed one left. The lock file names the holder.
 LOCK_FILE = Path("/run/fracgpu-realnodes.lock")
+# How long a starting cluster waits for the one holding the lock (CI waits longer: a developer's cluster or suite
+# still running on the machine delays it rather than failing it).
+LOCK_WAIT_ENV = "FRACGPU_REALNODES_LOCK_WAIT"
 
 
 class RealNodesUnavailable(RuntimeError):
@@ -101,8 +104,11 @@ class HostPrep:
     saved_firewall: dict[str, str] = field(default_factory=dict)
     lock: int | None = None
 
-    def acquire(self, timeout: float = 120) -> None:
-        """Hold the machine's real-node lock, waiting up to `timeout` for another cluster to stop."""
+    def acquire(self, timeout: float | None = None) -> None:
+        """Hold the machine's real-node lock, waiting up to `timeout` (default: $FRACGPU_REALNODES_LOCK_WAIT
+        seconds, else 120) for another cluster to stop."""
+        if timeout is None:
+            timeout = float(os.environ.get(LOCK_WAIT_ENV) or 120)
         descriptor = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + timeout
         while True:
@@ -114,7 +120,8 @@ class HostPrep:
                     holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip()
                     os.close(descriptor)
                     raise RealNodesUnavailable(
-                        f"another real-node cluster holds {LOCK_FILE} ({holder}); one runs per machine") from None
+                        f"another real-node cluster holds {LOCK_FILE} ({holder}) after {timeout:.0f} s; one runs per "
+                        f"machine (stop it, or set {LOCK_WAIT_ENV} to wait longer)") from None
                 time.sleep(0.5)
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"pid {os.getpid()}: {' '.join(sys.argv)[:150]}\n".encode(), 0)
