@@ -121,6 +121,20 @@ def test_admission_deployment_is_highly_available_and_ready_only_when_serving():
     assert pdb["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
+@pytest.mark.parametrize("documents", [BASE, STOCK], ids=["base", "stock-scheduler"])
+def test_every_deployment_of_two_replicas_keeps_one_up_through_a_drain(documents):
+    """A PodDisruptionBudget of minAvailable 1 for each: the webhook (failurePolicy Fail), and the binder and the
+    scheduler, whose standby takes the lease at once when the leader's node is drained."""
+    deployments = [d for d in documents if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} >= {"fracgpu-admission", "fracgpu-binder"}
+    for deployment in deployments:
+        assert deployment["spec"]["replicas"] == 2, deployment["metadata"]["name"]
+        pdb = find(documents, "PodDisruptionBudget", deployment["metadata"]["name"])["spec"]
+        assert pdb["minAvailable"] == 1
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert pdb["selector"]["matchLabels"].items() <= labels.items()
+
+
 def test_service_sends_443_to_the_webhook_port():
     service = find(BASE, "Service", "fracgpu-admission")["spec"]
     _, main = container(BASE, "Deployment", "fracgpu-admission")
