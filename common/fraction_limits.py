@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from common import names
-from common.gpu_request import MSG_FRACTION_RANGE, MSG_MEMORY_VALUE, parse_go_float, parse_go_uint
-from common.kube_quantity import InvalidQuantity, mebibytes, parse_quantity
+from common.gpu_request import MSG_FRACTION_RANGE, MSG_MEMORY_VALUE
+from common.quantity import InvalidQuantity, mebibytes, parse_quantity
+from common.strconv import float_or_none, uint_or_none
 
 _MAX_DECIMALS = 5
 
@@ -51,7 +52,7 @@ def _check_decimals(raw: str, key: str) -> None:
 
 def request_portion(fraction: str) -> float:
     """parseGpuFractionalPortion on a non-empty gpu-fraction (v0.18.3 refuses NaN, which v0.17 let through)."""
-    portion = parse_go_float(fraction)
+    portion = float_or_none(fraction)
     if portion is None or math.isnan(portion) or portion <= 0 or portion >= 1:
         raise FractionRequestError(MSG_FRACTION_RANGE)
     return portion
@@ -60,7 +61,7 @@ def request_portion(fraction: str) -> float:
 def _check_fraction_shorthand(raw: str, fraction: str) -> None:
     portion = request_portion(fraction)
     _check_decimals(raw, names.GPU_FRACTION_LIMIT)
-    limit = parse_go_float(raw)
+    limit = float_or_none(raw)
     if limit is None or math.isnan(limit) or limit <= 0 or limit >= 1:
         raise FractionRequestError(
             f"{names.GPU_FRACTION_LIMIT} annotation value must be a positive number smaller than 1.0. Got {raw}")
@@ -70,7 +71,7 @@ def _check_fraction_shorthand(raw: str, fraction: str) -> None:
 
 
 def _check_memory_shorthand(raw: str, memory: str) -> None:
-    mib = parse_go_uint(memory)
+    mib = uint_or_none(memory)
     if not mib:
         raise FractionRequestError(MSG_MEMORY_VALUE)
     try:
@@ -78,7 +79,7 @@ def _check_memory_shorthand(raw: str, memory: str) -> None:
     except InvalidQuantity:
         limit = None
     # A plain number would be bytes to Kubernetes and MiB to a gpu-memory reader: the reference wants a unit.
-    if limit is None or limit.value <= 0 or parse_go_float(raw) is not None:
+    if limit is None or limit.value <= 0 or float_or_none(raw) is not None:
         raise FractionRequestError(
             f"{names.GPU_MEMORY_LIMIT} annotation value must be a positive Kubernetes memory quantity with a unit")
     if limit.value < mebibytes(mib).value:
@@ -125,11 +126,11 @@ def _check_portion_limit(pod: Mapping[str, Any], annotations: Mapping[str, str])
     if not fraction:
         raise _only_with(key, names.GPU_FRACTION)
     _check_portion_limit_container(pod, annotations, container, key)
-    portion = parse_go_float(fraction)
+    portion = float_or_none(fraction)
     if portion is None:  # only a value Go cannot read; the request rules check its range later
         raise FractionRequestError(MSG_FRACTION_RANGE)
     _check_decimals(raw, key)
-    limit = parse_go_float(raw)
+    limit = float_or_none(raw)
     # NaN passes both comparisons, as in Go.
     if limit is None or limit <= 0 or limit >= 1:
         raise FractionRequestError(f"{key} annotation value must be a positive number smaller than 1.0")

@@ -20,10 +20,10 @@ from typing import Any
 from common import names
 from common.fraction import ContainerRef
 from common.fraction_limits import FractionRequestError, request_portion, validate_limits
-from common.gotext import parse_uint_error
-from common.gpu_request import MSG_MEMORY_VALUE, parse_go_uint
-from common.kube_quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
+from common.gpu_request import MSG_MEMORY_VALUE
 from common.objects import annotations_of
+from common.quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
+from common.strconv import NumError, int_or_none, parse_uint, uint_or_none
 
 PORTION = "portion"
 MEMORY = "memory"
@@ -149,23 +149,13 @@ def _positive_quantity(key: str, value: str) -> Quantity:
     return quantity
 
 
-def _go_int64(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64), None on error."""
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    value = parse_go_uint(digits)
-    if value is None:
-        return None
-    value = -value if text[:1] == "-" else value
-    return value if -(2**63) <= value < 2**63 else None
-
-
 def parse_request(pod: Mapping[str, Any]) -> FractionRequest | None:
     """ParsePodGPUFractionRequest: the request, None when the pod asks for no fraction; every value present is
     checked. An empty gpu-fraction or gpu-memory counts as absent here."""
     annotations = annotations_of(pod)
     num_devices = 1
     if names.GPU_FRACTION_NUM_DEVICES in annotations:
-        parsed = _go_int64(annotations[names.GPU_FRACTION_NUM_DEVICES])
+        parsed = int_or_none(annotations[names.GPU_FRACTION_NUM_DEVICES])
         if parsed is None or parsed <= 0:
             raise FractionRequestError(MSG_NUM_DEVICES_VALUE)
         num_devices = parsed
@@ -177,7 +167,7 @@ def parse_request(pod: Mapping[str, Any]) -> FractionRequest | None:
         return FractionRequest(PORTION, num_devices, portion=request_portion(fraction))
     memory = annotations.get(names.GPU_MEMORY)
     if memory:
-        mib = parse_go_uint(memory)
+        mib = uint_or_none(memory)
         if not mib:
             raise FractionRequestError(MSG_MEMORY_VALUE)
         return FractionRequest(MEMORY, num_devices, memory=mebibytes(mib))
@@ -216,7 +206,7 @@ def validate_request(pod: Mapping[str, Any]) -> None:
     if has_fraction and has_memory:
         raise FractionRequestError(MSG_FRACTION_AND_MEMORY)
     if nv_fractions and has_memory:
-        mib = parse_go_uint(annotations[names.GPU_MEMORY])
+        mib = uint_or_none(annotations[names.GPU_MEMORY])
         # An unreadable gpu-memory beside an NvFractions request is not compared (nor refused), as in Go.
         if mib and request.memory is not None and request.memory.value != mebibytes(mib).value:
             raise FractionRequestError(
@@ -289,7 +279,8 @@ def gpu_memory_request_annotation(pod: Mapping[str, Any], container: str) -> tup
     if names.GPU_MEMORY not in annotations:
         return None
     value = annotations[names.GPU_MEMORY]
-    mib = parse_go_uint(value)
-    if mib is None:
-        raise FractionRequestError(f"failed to parse gpu memory annotation value: {parse_uint_error(value)}")
+    try:
+        mib = parse_uint(value)
+    except NumError as error:
+        raise FractionRequestError(f"failed to parse gpu memory annotation value: {error}") from None
     return annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX), str(mebibytes(mib))

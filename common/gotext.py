@@ -25,8 +25,3 @@ def go_quote(text: str) -> str:
             out.append(f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
 
-
-def parse_uint_error(text: str) -> str:
-    """The error strconv.ParseUint(text, 10, 64) gives for a text it refuses (not all digits, or too big)."""
-    reason = "value out of range" if text.isascii() and text.isdigit() else "invalid syntax"
-    return f"strconv.ParseUint: parsing {go_quote(text)}: {reason}"

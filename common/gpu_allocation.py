@@ -23,9 +23,9 @@ from typing import Any
 
 from common import gpuclaims, names
 from common.bindrequest import is_over, selected_gpu_groups
-from common.gpu_request import parse_go_uint
 from common.gpugroups import pod_groups
 from common.objects import meta as _meta
+from common.strconv import uint_or_none
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -94,7 +94,7 @@ def member_shares(pod: Mapping[str, Any], bind_requests: Iterable[Mapping[str, A
 
 def node_memory(node: Mapping[str, Any]) -> int | None:
     labels = _meta(node).get("labels") or {}
-    return parse_go_uint(str(labels.get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
+    return uint_or_none(str(labels.get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
 
 
 def allocation(pods: Iterable[Mapping[str, Any]], bind_requests: Iterable[Mapping[str, Any]],

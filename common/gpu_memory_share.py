@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import names
-from common.gpu_request import parse_go_float
+from common.strconv import float_or_none
 
 _INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
@@ -42,7 +42,7 @@ def memory_share_mib(node: dict[str, Any], received_gpu: Any) -> int | NoShare:
     portion_text = (received_gpu or {}).get("portion") if isinstance(received_gpu, dict) else None
     if not isinstance(portion_text, str):
         return NoShare("portion_missing", "the BindRequest has no spec.receivedGPU.portion")
-    portion = parse_go_float(portion_text)
+    portion = float_or_none(portion_text)
     if portion is None or math.isnan(portion) or portion <= 0:
         return NoShare("portion_invalid", f'spec.receivedGPU.portion "{portion_text}" is not a positive number')
     product = total * portion

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import bindrequest, names
-from common.gpu_request import parse_go_float, parse_go_uint
 from common.gpugroups import pod_groups, requested_compute_mode, reservation_compute_mode
-from common.kube_quantity import InvalidQuantity, parse_quantity
 from common.objects import meta
+from common.quantity import InvalidQuantity, parse_quantity
+from common.strconv import float_or_none, uint_or_none
 
 FULL = 100  # one whole GPU, in hundredths
 # The mode of a GPU group whose sources name different modes: no pod joins it.
@@ -91,17 +91,17 @@ def request_of(pod: Mapping[str, Any], known_modes_only: bool = True) -> GpuRequ
                              f'{", ".join(names.COMPUTE_SHARING_MODES)})')
     devices = 1
     if names.GPU_FRACTION_NUM_DEVICES in annotations:
-        parsed_devices = parse_go_uint(str(annotations[names.GPU_FRACTION_NUM_DEVICES]))
+        parsed_devices = uint_or_none(str(annotations[names.GPU_FRACTION_NUM_DEVICES]))
         if not parsed_devices:
             raise InvalidRequest(f"{names.GPU_FRACTION_NUM_DEVICES} must be a positive integer")
         devices = parsed_devices
     if names.GPU_FRACTION in annotations:
-        value = parse_go_float(str(annotations[names.GPU_FRACTION]))
+        value = float_or_none(str(annotations[names.GPU_FRACTION]))
         if value is None or not 0 < value < 1:
             raise InvalidRequest(f"{names.GPU_FRACTION} must be a number between 0 and 1")
         return GpuRequest(fraction=to_hundredths(value), devices=devices, mode=mode)
     if names.GPU_MEMORY in annotations:
-        memory = parse_go_uint(str(annotations[names.GPU_MEMORY]))
+        memory = uint_or_none(str(annotations[names.GPU_MEMORY]))
         if not memory:
             raise InvalidRequest(f"{names.GPU_MEMORY} must be a positive number of MiB")
         return GpuRequest(memory_mib=memory, devices=devices, mode=mode)
@@ -136,7 +136,7 @@ def whole_gpus_of(pod: Mapping[str, Any]) -> int:
 
     def limit(container: Any) -> int:
         limits = ((container or {}).get("resources") or {}).get("limits") or {}
-        value = parse_go_uint(str(limits.get(names.NVIDIA_GPU, "0")))
+        value = uint_or_none(str(limits.get(names.NVIDIA_GPU, "0")))
         return value or 0
 
     sidecars = init_peak = 0
@@ -250,7 +250,7 @@ def bind_request_claim(bind_request: Mapping[str, Any], pod: PodState | None) ->
         count = received.get("count")
         whole = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
         return (node, Claim(member, whole=whole)) if whole else None
-    portion = parse_go_float(str(received.get("portion", "")))
+    portion = float_or_none(str(received.get("portion", "")))
     known = portion is not None and portion > 0
     if not known and pod is not None and pod.node:
         return None  # nothing decided to read: the bound pod's own claim stands alone

@@ -33,7 +33,6 @@ from enum import StrEnum
 from typing import Any
 
 from common import bindrequest, names
-from common.gpu_request import parse_go_uint
 from common.gpuclaims import (
     Claim,
     GpuRequest,
@@ -47,6 +46,7 @@ from common.gpuclaims import (
     pod_state,
 )
 from common.objects import meta
+from common.strconv import uint_or_none
 from extender.placement import NodeGpus, Policy, build_view, fit, groups_for, whole_refusal
 from extender.residues import Residues
 
@@ -172,8 +172,8 @@ class Ledger:
     def upsert_node(self, node: Mapping[str, Any]) -> None:
         name = meta(node).get("name", "")
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        devices = parse_go_uint(str(allocatable.get(names.NVIDIA_GPU, "0"))) or 0
-        memory = parse_go_uint(str((meta(node).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
+        devices = uint_or_none(str(allocatable.get(names.NVIDIA_GPU, "0"))) or 0
+        memory = uint_or_none(str((meta(node).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, ""))) or None
         with self._write:
             entry = self._nodes.setdefault(name, _NodeEntry())
             grew = devices > entry.devices or memory != entry.memory_mib

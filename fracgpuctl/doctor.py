@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 from cryptography import x509
 
 from common import names
-from common.gpu_request import parse_go_uint
 from common.kube.client import ApiError, KubeClient
+from common.strconv import uint_or_none
 from fracgpuctl.installed import Installed
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -96,7 +96,7 @@ def gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     found = []
     for node in nodes:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        if (parse_go_uint(str(allocatable.get(names.NVIDIA_GPU, "0"))) or 0) > 0:
+        if (uint_or_none(str(allocatable.get(names.NVIDIA_GPU, "0"))) or 0) > 0:
             found.append(node)
     return found
 
@@ -105,7 +105,7 @@ def check_gpu_memory_labels(hamicore: bool, nodes: Iterable[Mapping[str, Any]]) 
     if not hamicore:
         return Result("gpu-memory-labels", SKIP, "hamicore is off")
     missing = [_name(node) for node in gpu_nodes(nodes)
-               if not parse_go_uint(str(((node.get("metadata") or {}).get("labels") or {}).get(
+               if not uint_or_none(str(((node.get("metadata") or {}).get("labels") or {}).get(
                    names.GPU_MEMORY_NODE_LABEL, "")))]
     if missing:
         return Result("gpu-memory-labels", FAIL, f"GPU nodes without a positive {names.GPU_MEMORY_NODE_LABEL} label: "
@@ -131,7 +131,7 @@ def check_toolkit_memory_limits(webhook: bool, binder: bool, nodes: Iterable[Map
         return Result(name, FAIL, f"--toolkit-memory-limits-enabled is on the {on} but not the {off}: set it on "
                       "both (chart: toolkitMemoryLimits), or containers read limits nobody writes")
     gpu = gpu_nodes(nodes)
-    unlabelled = [_name(node) for node in gpu if not parse_go_uint(str(
+    unlabelled = [_name(node) for node in gpu if not uint_or_none(str(
         ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, "")))]
     if unlabelled:
         return Result(name, FAIL, f"GPU nodes without a positive {names.GPU_MEMORY_NODE_LABEL} label: "
@@ -139,7 +139,7 @@ def check_toolkit_memory_limits(webhook: bool, binder: bool, nodes: Iterable[Map
     old_driver, unknown = [], []
     for node in gpu:
         labels = (node.get("metadata") or {}).get("labels") or {}
-        major = next((parse_go_uint(str(labels[key])) for key in DRIVER_MAJOR_LABELS if key in labels), None)
+        major = next((uint_or_none(str(labels[key])) for key in DRIVER_MAJOR_LABELS if key in labels), None)
         if major is None:
             unknown.append(_name(node))
         elif major < TOOLKIT_MEMORY_MIN_DRIVER:

@@ -14,8 +14,8 @@ from typing import Any
 from common import names
 from common.fraction_request import fraction_container_ref
 from common.gotext import go_quote
-from common.gpu_request import parse_go_float
-from common.kube_quantity import mebibytes
+from common.quantity import mebibytes
+from common.strconv import float_or_none
 
 
 def visible_devices_value(gpu_ids: list[str], cdi_enabled: bool) -> str:
@@ -48,7 +48,7 @@ def _node_gpu_memory(node: dict[str, Any], label_note: str) -> float:
     label = ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL)
     if label is None:
         raise ValueError(f"node does not include {names.GPU_MEMORY_NODE_LABEL} label{label_note}")
-    total = parse_go_float(str(label))
+    total = float_or_none(str(label))
     if total is None or not _positive(total):
         raise ValueError(f"invalid {names.GPU_MEMORY_NODE_LABEL} label value {go_quote(str(label))}{label_note}")
     return total
@@ -56,7 +56,7 @@ def _node_gpu_memory(node: dict[str, Any], label_note: str) -> float:
 
 def _share(total: float, portion_text: str, invalid: str, what: str) -> str:
     """trunc(total x portion) MiB as a quantity; `invalid` is the message for a portion that is no positive number."""
-    portion = parse_go_float(portion_text)
+    portion = float_or_none(portion_text)
     if portion is None or not _positive(portion):
         raise ValueError(invalid)
     mib = int(total * portion)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,16 +10,12 @@ from binder.plugins.base import BinderPlugin
 from binder.plugins.config import PluginConfigError, PluginsConfig, parse_plugins_flag
 from common import names
 from common.gotext import go_quote
+from common.strconv import NumError, parse_bool, parse_int
 
 if TYPE_CHECKING:
     from common.kube.client import KubeClient
 
 __all__ = ["PluginConfigError", "build_plugins", "parse_plugins_flag", "BUILDERS"]
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 
 def _argument(arguments: dict[str, str], name: str) -> str:
@@ -29,21 +24,17 @@ def _argument(arguments: dict[str, str], name: str) -> str:
     return arguments[name]
 
 
-def _invalid(name: str, value: str, parser: str, why: str) -> PluginConfigError:
-    return PluginConfigError(
-        f"invalid argument {go_quote(name)}={go_quote(value)}: strconv.{parser}: parsing {go_quote(value)}: {why}"
-    )
+def _invalid(name: str, value: str, error: NumError) -> PluginConfigError:
+    return PluginConfigError(f"invalid argument {go_quote(name)}={go_quote(value)}: {error}")
 
 
 def int_argument(arguments: dict[str, str], name: str) -> int:
     """Go strconv.ParseInt(value, 10, 64) of a required argument."""
     value = _argument(arguments, name)
-    if not _DECIMAL.fullmatch(value):
-        raise _invalid(name, value, "ParseInt", "invalid syntax")
-    number = int(value)
-    if not _INT64_MIN <= number <= _INT64_MAX:
-        raise _invalid(name, value, "ParseInt", "value out of range")
-    return number
+    try:
+        return parse_int(value)
+    except NumError as error:
+        raise _invalid(name, value, error) from None
 
 
 def bool_argument(arguments: dict[str, str], name: str, default: bool | None = None) -> bool:
@@ -51,11 +42,10 @@ def bool_argument(arguments: dict[str, str], name: str, default: bool | None = N
     if default is not None and name not in arguments:
         return default
     value = _argument(arguments, name)
-    if value in _GO_TRUE:
-        return True
-    if value in _GO_FALSE:
-        return False
-    raise _invalid(name, value, "ParseBool", "invalid syntax")
+    try:
+        return parse_bool(value)
+    except NumError as error:
+        raise _invalid(name, value, error) from None
 
 
 Builder = Callable[[dict[str, str], dict[str, Any]], BinderPlugin]

@@ -4,14 +4,11 @@ labels, and a pod's groups, are common/gpugroups.py's."""
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 from common import names
 from common.gpugroups import is_group_label, multi_group_label
-
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+from common.strconv import NumError, parse_int
 
 
 class MultiFractionError(Exception):
@@ -37,13 +34,10 @@ def fraction_device_count(pod: dict[str, Any]) -> int:
     0 for a pod that asks for no fraction. Raises MultiFractionError on a non-integer."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if names.GPU_FRACTION_NUM_DEVICES in annotations:
-        text = annotations[names.GPU_FRACTION_NUM_DEVICES]
-        if not _DECIMAL.fullmatch(text):
-            raise MultiFractionError(f'strconv.ParseInt: parsing "{text}": invalid syntax')
-        count = int(text)
-        if not _INT64_MIN <= count <= _INT64_MAX:
-            raise MultiFractionError(f'strconv.ParseInt: parsing "{text}": value out of range')
-        return count
+        try:
+            return parse_int(annotations[names.GPU_FRACTION_NUM_DEVICES])
+        except NumError as error:
+            raise MultiFractionError(str(error)) from None
     if names.GPU_FRACTION in annotations or names.GPU_MEMORY in annotations:
         return 1
     return 0

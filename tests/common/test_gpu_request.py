@@ -1,42 +1,8 @@
 """GPU request grammar and validation rules, word for word (reference admission §7)."""
 
-import math
-
 import pytest
 
 from common import gpu_request as g
-
-# (input, value Go's strconv.ParseFloat(s, 64) returns, or None where Go errors) — produced by running Go.
-GO_PARSE_FLOAT = [
-    ("0.5", 0.5), (".5", 0.5), ("5.", 5.0), ("1.2e-10", 1.2e-10), ("NaN", math.nan), ("nan", math.nan),
-    ("0x1p-1", 0.5), ("1.5", 1.5), (" 0.5", None), ("0x1", None), ("+0.5", 0.5), ("1_0", 10.0),
-    ("0.1_5", 0.15), ("", None), ("+nan", None), ("0x.8p0", 0.5), ("0x_1p-1", 0.5), ("1e400", None),
-    ("1__0", None), ("0.5_", None), ("_0.5", None), ("0._5", None), ("1e1_0", 1e10),
-    ("Infinity", math.inf), ("-inf", -math.inf), ("infin", None), ("0x1P-1", 0.5), ("1e-400", 0.0),
-    ("0x1.8p-1", 0.75), ("0.", 0.0), (".", None), ("e5", None), ("1e", None), ("1e+5", 1e5),
-    ("0X1p-2", 0.25), ("0x1_0p-5", 0.5), ("1_000.0_1e-0_5", 0.0100001),
-]
-
-
-@pytest.mark.parametrize(("text", "expected"), GO_PARSE_FLOAT)
-def test_parse_go_float_matches_go(text, expected):
-    value = g.parse_go_float(text)
-    if expected is None:
-        assert value is None
-    elif math.isnan(expected):
-        assert value is not None and math.isnan(value)
-    else:
-        assert value == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("5", 5), ("0", 0), ("007", 7), ("18446744073709551615", 2**64 - 1), ("18446744073709551616", None),
-     ("+5", None), (" 5", None), ("5 ", None), ("1_0", None), ("-1", None), ("", None), ("5.0", None),
-     ("٣", None)],
-)
-def test_parse_go_uint_is_strict_decimal(text, expected):
-    assert g.parse_go_uint(text) == expected
 
 
 def pod(annotations=None, limits=None, init_limits=None):

@@ -30,10 +30,10 @@ from common import bindrequest, names
 from common.configmaps import env_configmap_name, existing_capabilities_configmap_name
 from common.fraction import ContainerRef
 from common.fraction_request import annotation_key
-from common.gpu_request import parse_go_float
 from common.kube.client import ApiError, pod_path
 from common.objects import annotations_of
 from common.request_rules import ContainerRefError, fraction_container
+from common.strconv import float_or_none
 
 NAME = "gpusharing"
 log = logging.getLogger("binder.plugins.gpusharing")
@@ -61,7 +61,7 @@ def portion_problem(received_gpu: Any) -> str | None:
     portion = received_gpu.get("portion")
     if not isinstance(portion, str) or portion == "":
         return "has no spec.receivedGPU.portion"
-    value = parse_go_float(portion)
+    value = float_or_none(portion)
     if value is None or math.isnan(value) or value < 0:
         return f'has an invalid spec.receivedGPU.portion "{portion}": not a non-negative number'
     return None

@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from common import names
-from common.kube_quantity import InvalidQuantity, parse_quantity
+from common.quantity import InvalidQuantity, parse_quantity
 
 FILESYSTEM = "Filesystem"
 UNUSABLE_PV_PHASES = ("Released", "Failed")

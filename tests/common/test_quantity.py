@@ -1,11 +1,11 @@
 """Kubernetes quantities of the NvFractions annotations: ParseQuantity's grammar, value and String() (apimachinery
-k8s.io/apimachinery/pkg/api/resource, whose rules admission/kube_quantity.py writes out)."""
+k8s.io/apimachinery/pkg/api/resource, whose rules common/quantity.py writes out)."""
 
 from fractions import Fraction
 
 import pytest
 
-from common.kube_quantity import InvalidQuantity, mebibytes, parse_quantity
+from common.quantity import InvalidQuantity, is_nonzero_quantity, mebibytes, parse_quantity, quantity_value
 
 
 @pytest.mark.parametrize(("mib", "written"), [
@@ -91,3 +91,19 @@ def test_quantities_compare_by_amount_not_by_text():
     assert parse_quantity("1Gi").value == parse_quantity("1024Mi").value == mebibytes(1024).value
     assert parse_quantity("2000Mi").value < parse_quantity("2Gi").value
     assert parse_quantity("2G").value < parse_quantity("2Gi").value
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, 0), (1, 1), (0.5, Fraction(1, 2)), (" 2Gi ", 2 * 2**30), ("500m", Fraction(1, 2)), ("+.e5", 0),
+])
+def test_quantity_value_reads_json_as_go_decodes_it(value, expected):
+    assert quantity_value(value) == expected
+    assert is_nonzero_quantity(value) == (expected != 0)
+
+
+@pytest.mark.parametrize(("value", "shown"), [(True, "True"), ("1x", "'1x'"), (" ", "' '"), ({}, "{}")])
+def test_quantity_value_refuses_with_the_api_servers_message(value, shown):
+    with pytest.raises(InvalidQuantity) as error:
+        quantity_value(value)
+    assert str(error.value) == ("quantities must match the regular expression "
+                                f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {shown}")
