@@ -76,6 +76,9 @@ NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # client in that mode cannot complete (kubernetes/kubernetes#133743).
 GODEBUG = "GODEBUG"
 GODEBUG_FIPS_ONLY = "fips140=only,tlsmlkem=0"
+# The reservation program on a node without NVML (a fake-GPU node's device plugin sets it, or the operator does):
+# report the device the kubelet gave the container.
+FAKE_GPU_ENV = "FRACGPU_FAKE_GPU"
 RUNAI_NUM_OF_GPUS = "RUNAI_NUM_OF_GPUS"
 GPU_PORTION = "GPU_PORTION"
 CUDA_DEVICE_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"

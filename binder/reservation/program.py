@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = logging.getLogger("binder.reservation.program")
-FAKE_GPU_ENV = "FRACGPU_FAKE_GPU"
+FAKE_GPU_ENV = names.FAKE_GPU_ENV
 
 
 class ProgramError(Exception):

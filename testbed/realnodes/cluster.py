@@ -21,6 +21,7 @@ import yaml
 
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.endpoint_policy import allow_webhook_services
+from testbed.cluster.faults import AUDIT_POLICY
 from testbed.programs.procs import free_ports, spawn, terminate
 from testbed.realnodes.clusterdns import ClusterDNS
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
@@ -101,9 +102,19 @@ class RealCluster:
         return session
 
     def _start_control_plane(self) -> None:
-        self.control_plane = ControlPlane(workdir=self.workdir / "control-plane", pod_network_address=API_ADDRESS,
-                                          start_timeout=self.start_timeout,
-                                          extra_apiserver_args=IN_CLUSTER_APISERVER_ARGS if self.in_cluster else ())
+        workdir = self.workdir / "control-plane"
+        extra_args: tuple[str, ...] = ()
+        if self.in_cluster:
+            # Every write audited (testbed.cluster.faults.read_audit): the in-cluster suite tells the pods of one
+            # Deployment apart by the pod name their bound service-account tokens carry.
+            audit = workdir / "audit"
+            audit.mkdir(parents=True, exist_ok=True)
+            (audit / "policy.yaml").write_text(AUDIT_POLICY)
+            extra_args = (*IN_CLUSTER_APISERVER_ARGS, f"--audit-policy-file={audit / 'policy.yaml'}",
+                          f"--audit-log-path={audit / 'audit.log'}", "--audit-log-format=json",
+                          "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s", "--audit-log-maxsize=0")
+        self.control_plane = ControlPlane(workdir=workdir, pod_network_address=API_ADDRESS,
+                                          start_timeout=self.start_timeout, extra_apiserver_args=extra_args)
         self.control_plane.start()
         controllers = (*POD_CONTROLLERS, *IN_CLUSTER_CONTROLLERS) if self.in_cluster else POD_CONTROLLERS
         self.control_plane.start_controller_manager(

@@ -1,6 +1,9 @@
 """A fake NVIDIA device plugin for the test bed's real nodes: it offers COUNT made-up GPUs as nvidia.com/gpu to a
 real kubelet over the device-plugin API v1beta1 and hands them to containers the way the NVIDIA plugin's "envvar"
-strategy does (NVIDIA_VISIBLE_DEVICES). It re-registers when the kubelet restarts, as the real plugin does.
+strategy does (NVIDIA_VISIBLE_DEVICES). Every container it gives a GPU is also told the GPU is fake
+(FRACGPU_FAKE_GPU=true), as a fake-GPU node does for the programs on it: a reservation pod from the fracgpu image,
+created by the binder the chart installs, then reports the device the kubelet gave it instead of asking NVML, which
+these nodes do not have. It re-registers when the kubelet restarts, as the real plugin does.
 
     python -m testbed.realnodes.deviceplugin --node NODE --count 4 [--memory-mib 40960]
         [--plugin-dir /var/lib/kubelet/device-plugins] [--resource nvidia.com/gpu]
@@ -25,6 +28,8 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+
+from common.names import FAKE_GPU_ENV
 
 API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
@@ -125,7 +130,7 @@ class DevicePlugin(pb_grpc.DevicePluginServicer):
             if unknown:
                 log.warning("Allocate: unknown device ids %s", unknown)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device ids {unknown}; known: {self.ids}")
-            envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(creq.devices_ids)}
+            envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(creq.devices_ids), FAKE_GPU_ENV: "true"}
             log.info("Allocate: %s", envs["NVIDIA_VISIBLE_DEVICES"])
             answers.append(pb.ContainerAllocateResponse(envs=envs))
         return pb.AllocateResponse(container_responses=answers)

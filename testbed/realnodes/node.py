@@ -221,6 +221,25 @@ class RealNode:
         self.supervisor.send_signal(signal.SIGUSR1)
         self.wait_state(f"running {generation + 1}", timeout)
 
+    def ctr(self, *args: str) -> str:
+        """`ctr -n k8s.io <args>` against this node's containerd (in the node's mount namespace, where its socket
+        is); its output, or RealNodeError with ctr's."""
+        assert self.supervisor is not None and self.supervisor.poll() is None, f"node {self.name} is not running"
+        done = subprocess.run(["nsenter", "-t", str(self.supervisor.pid), "-m", str(self.binaries.ctr), "-n", "k8s.io",
+                               *args], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RealNodeError(f"node {self.name}: ctr {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL a container through the node's containerd, as a crash or the OOM killer would end it; its kubelet
+        restarts it."""
+        self.ctr("tasks", "kill", "-s", "SIGKILL", container_id.split("://", 1)[-1])
+
+    def tag_image(self, image: str, tag: str) -> None:
+        """A second name for an image the node holds (`ctr images tag`), as a new release's image would arrive."""
+        self.ctr("images", "tag", "--force", image, tag)
+
     def stop(self) -> list[str]:
         """Stop the node and remove what it had; the problems met (none on a clean stop)."""
         problems: list[str] = []

@@ -31,32 +31,34 @@ from typing import Any
 
 import pytest
 import requests
-from kubernetes import client
-from kubernetes.stream import stream
 
 from common import names
 from testbed.cluster.charttools import CHART, helm_template, kustomize_build, run
-from testbed.cluster.kube import api_client, delete_namespace, http_session, wait_for
+from testbed.cluster.kube import http_session, wait_for
 from testbed.cluster.manifests import CLUSTER_SCOPED, MANIFESTS, object_path
-from testbed.images import image_names
 from testbed.realnodes.cluster import RealCluster
+from testbed.realnodes.release import (
+    CONFIGURATION_NAMES,
+    CONFIGURATIONS,
+    DEPLOYMENTS,
+    HELM_VALUES,
+    REPOSITORY,
+    SCHEDULER,
+    SYSTEM,
+    assert_not_installed,
+    describe,
+    exec_in_binder,
+    remove_install,
+)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnodes, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-SYSTEM = "fracgpu-system"
-SCHEDULER = "fracgpu-scheduler"  # the stock-scheduler component's scheduler name
-DEPLOYMENTS = ("fracgpu-admission", "fracgpu-binder", "fracgpu-scheduler")
 CERTS_JOB = "fracgpu-certs-0-1-0"
-WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"
-CONFIGURATIONS = (f"{WEBHOOKS}/mutatingwebhookconfigurations", f"{WEBHOOKS}/validatingwebhookconfigurations")
-CONFIGURATION_NAMES = ("fracgpu-mutating-admission", "fracgpu-validating-admission")
 REGISTERED = f"are registered, calling https://fracgpu-admission.{SYSTEM}.svc:443"
 # The README's registry placeholder, and what the test bed's nodes hold instead (`make images`).
 PLACEHOLDER = "registry.example.com/fracgpu"
-REPOSITORY = image_names()["fracgpu"].rsplit(":", 1)[0]  # docker.io/fracgpu/fracgpu
-HELM_VALUES = (CHART / "examples" / "hamicore.yaml", CHART / "examples" / "stock-scheduler.yaml")
 
 
 def readme_deploying() -> str:
@@ -285,21 +287,6 @@ def certs_command(cluster: RealCluster, *args: str) -> subprocess.CompletedProce
                            *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def exec_in_binder(cluster: RealCluster, session: requests.Session, command: list[str]) -> tuple[int, str]:
-    """`kubectl -n fracgpu-system exec deploy/fracgpu-binder -- <command>`: in a running binder pod."""
-    pods = session.get(f"/api/v1/namespaces/{SYSTEM}/pods", timeout=30,
-                       params={"labelSelector": "app.kubernetes.io/name=fracgpu-binder"}).json()["items"]
-    pod = next(p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running")
-    with api_client(cluster.plane) as api:
-        channel = stream(client.CoreV1Api(api).connect_get_namespaced_pod_exec, pod, SYSTEM, command=command,
-                         container="binder", stdout=True, stderr=True, stdin=False, tty=False, _preload_content=False)
-        channel.run_forever(timeout=60)
-        output = channel.read_stdout() + channel.read_stderr()
-        code = channel.returncode
-        channel.close()
-    return code, output
-
-
 def uninstalled(session: requests.Session, install: Install, layer: list[dict[str, Any]],
                 shared: list[dict[str, Any]]) -> None:
     """Nothing of the fracgpu layer left, the webhooks gone before any webhook pod stopped, the shared layer kept."""
@@ -319,20 +306,6 @@ def uninstalled(session: requests.Session, install: Install, layer: list[dict[st
     assert not left, left
     missing = [object_path(doc) for doc in shared if session.get(object_path(doc), timeout=30).status_code != 200]
     assert not missing, f"the shared layer must outlive an uninstall: {missing}"
-
-
-def describe(session: requests.Session) -> str:
-    """What the release namespace holds, for a failure message."""
-    lines = []
-    for pod in session.get(f"/api/v1/namespaces/{SYSTEM}/pods", timeout=30).json().get("items") or []:
-        statuses = [(s["name"], s.get("ready"), s.get("restartCount"), s.get("state"))
-                    for s in (pod.get("status") or {}).get("containerStatuses") or []]
-        lines.append(f"pod {pod['metadata']['name']} {pod['status'].get('phase')} on {pod['spec'].get('nodeName')}: "
-                     f"{statuses}")
-    for event in session.get(f"/api/v1/namespaces/{SYSTEM}/events", timeout=30).json().get("items") or []:
-        if event["type"] != "Normal":
-            lines.append(f"event {event['involvedObject']['name']}: {event['reason']} {event['message']}")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ kubectl's part
@@ -361,27 +334,10 @@ def cluster(real_cluster: RealCluster) -> Iterator[RealCluster]:
     """The session's in-cluster real nodes, with no fracgpu installed; afterwards, whatever a failed test left of
     the install is removed (webhook registrations first), and the shared layer goes unless it was there before."""
     assert real_cluster.in_cluster, "the session's real cluster must be started with in_cluster=True"
-    shared = kustomize_build(MANIFESTS / "shared")
     with http_session(real_cluster.plane) as session:
-        assert session.get(f"/api/v1/namespaces/{SYSTEM}", timeout=30).status_code == 404, \
-            f"{SYSTEM} exists: a previous install was not removed"
-        for path, name in zip(CONFIGURATIONS, CONFIGURATION_NAMES, strict=True):
-            assert session.get(f"{path}/{name}", timeout=30).status_code == 404, f"{name} is registered already"
-        there_before = {object_path(doc) for doc in shared if session.get(object_path(doc), timeout=30).ok}
+        there_before = assert_not_installed(session)
         yield real_cluster
-        for path, name in zip(CONFIGURATIONS, CONFIGURATION_NAMES, strict=True):
-            session.delete(f"{path}/{name}", timeout=30)
-        layer = helm_template(HELM_VALUES, [f"image.repository={REPOSITORY}"])
-        for doc in layer:
-            if doc["kind"] in CLUSTER_SCOPED and object_path(doc) not in {object_path(d) for d in shared}:
-                session.delete(object_path(doc), timeout=30)
-        with api_client(real_cluster.plane) as api:
-            delete_namespace(api, SYSTEM, timeout=120)  # at once, if the test did not get there
-            for doc in reversed(shared):
-                if object_path(doc) not in there_before and session.delete(object_path(doc), timeout=30).ok \
-                        and doc["kind"] == "Namespace":
-                    wait_for(f"namespace {doc['metadata']['name']} deleted", lambda d=doc: session.get(
-                        object_path(d), timeout=30).status_code == 404, timeout=120, interval=0.5)
+        remove_install(real_cluster, session, there_before)
 
 
 def report(what: str, install: Install) -> None:
