@@ -40,6 +40,8 @@ _SUFFIX_LETTERS = "eEinumkKMGTP"
 _DIGITS = "0123456789"
 _MAX = 2**63 - 1  # apimachinery's maxAllowed
 _NANO = 10**9
+# Beyond this decimal exponent a quantity is not computed digit by digit (_far_exponent).
+_LARGEST_EXPONENT = 4096
 _INT64_DIGITS = 18  # apimachinery's maxInt64Factors
 # Quantity.UnmarshalJSON TrimSpaces the quoted text; these are the Go spaces a JSON string may hold unescaped.
 _GO_SPACES = " \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
@@ -130,6 +132,8 @@ def parse_quantity(text: str) -> Quantity:
     positive, number, integer, fraction, suffix = _split(text)
     base, exponent, form = _interpret(suffix)
     shifted = integer + fraction
+    if abs(exponent) > _LARGEST_EXPONENT:
+        return _far_exponent(text, positive, shifted, exponent, form)
     magnitude = Fraction(int(shifted), 10 ** len(fraction)) * Fraction(base) ** exponent
 
     # ParseQuantity's int64 shortcut: it keeps the typed text when it already reads as String() would write it.
@@ -156,6 +160,18 @@ def parse_quantity(text: str) -> Quantity:
         magnitude = Fraction(math.ceil(magnitude * _NANO), _NANO)  # rounded up to the smallest unit, 1n
     magnitude = min(magnitude, Fraction(_MAX))
     return Quantity(magnitude if positive else -magnitude, form)
+
+
+def _far_exponent(text: str, positive: bool, shifted: str, exponent: int, form: str) -> Quantity:
+    """A decimal exponent too far out to compute 10**exponent (`1e2147483647` would take this process for good: a
+    webhook request must not). Far below 1n, apimachinery rounds a nonzero value up to 1n, as here. Far above
+    anything it could stand for (a GPU count, a memory size), Go keeps the digits symbolically; this refuses it
+    instead, with a reason, rather than compute two billion digits."""
+    if exponent < 0:
+        magnitude = Fraction(1, _NANO) if int(shifted or "0") else Fraction(0)
+        return Quantity(magnitude if positive else -magnitude, form)
+    raise InvalidQuantity(f"quantity {text!r} is too large: a decimal exponent above {_LARGEST_EXPONENT} is not "
+                          "supported")
 
 
 def _without_factors(value: int, base: int) -> tuple[int, int]:

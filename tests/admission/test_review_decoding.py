@@ -181,3 +181,15 @@ def test_a_flood_of_refusals_is_rate_limited_and_the_held_back_lines_counted(fre
         answer(review.validate, denied)
     (line,) = lines
     assert line["suppressed_since_last"] == 30 and "reason" in line
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("quantity", ["1e2147483647", "1e-2147483648", "5E99999"])
+@pytest.mark.parametrize("handler", [review.mutate, review.validate])
+def test_a_quantity_with_a_far_exponent_is_answered_at_once(handler, quantity):
+    """10**2147483647 would take the worker for good; the review is answered (allowed or refused) in time."""
+    pod = fraction_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity, "memory": quantity}}
+    pod["metadata"]["annotations"] = {"gpu-memory": quantity}
+    response = answer(handler, pod)
+    assert response["uid"] == "u1" and "allowed" in response

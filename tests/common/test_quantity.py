@@ -107,3 +107,16 @@ def test_quantity_value_refuses_with_the_api_servers_message(value, shown):
         quantity_value(value)
     assert str(error.value) == ("quantities must match the regular expression "
                                 f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {shown}")
+
+
+@pytest.mark.timeout(10)
+def test_far_decimal_exponents_are_answered_at_once():
+    # Far below 1n a nonzero value rounds up to 1n, as apimachinery's does; 2**31 wraps to int32's -2**31.
+    assert parse_quantity("1e-2147483648").value == Fraction(1, 10**9)
+    assert parse_quantity("1e2147483648").value == Fraction(1, 10**9)
+    assert parse_quantity("-5e-9999").value == Fraction(-1, 10**9)
+    assert parse_quantity("0e-99999").value == 0
+    # Far above anything a quantity stands for here: refused with its reason instead of computing its digits.
+    with pytest.raises(InvalidQuantity, match="too large"):
+        parse_quantity("1e2147483647")
+    assert parse_quantity("1e4096").value == 10**4096  # the largest still computed
