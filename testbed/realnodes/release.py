@@ -16,7 +16,6 @@ import requests
 from kubernetes import client
 from kubernetes.stream import stream
 
-from common import names
 from testbed.cluster.charttools import CHART, helm_template, kustomize_build, run
 from testbed.cluster.kube import api_client, delete_namespace, wait_for
 from testbed.cluster.manifests import CLUSTER_SCOPED, MANIFESTS, object_path
@@ -148,25 +147,6 @@ def describe(session: requests.Session, namespace: str = SYSTEM) -> str:
         if event["type"] != "Normal":
             lines.append(f"event {event['involvedObject']['name']}: {event['reason']} {event['message']}")
     return "\n".join(lines)
-
-
-def fraction_pod(name: str, *, fraction: str | None = "0.5", memory_mib: int | None = None, devices: int = 1,
-                 scheduler: str = SCHEDULER, image: str | None = None) -> dict[str, Any]:
-    """A user's GPU-sharing pod whose container prints its environment and sleeps (the test bed's workload)."""
-    from testbed.realnodes.images import WORKLOAD_IMAGE  # noqa: PLC0415 - only the suites that run pods need it
-
-    annotations: dict[str, str] = {}
-    if fraction is not None:
-        annotations[names.GPU_FRACTION] = fraction
-    if memory_mib is not None:
-        annotations[names.GPU_MEMORY] = str(memory_mib)
-    if devices > 1:
-        annotations[names.GPU_FRACTION_NUM_DEVICES] = str(devices)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 2,
-                     "automountServiceAccountToken": False,
-                     "containers": [{"name": "main", "image": image or WORKLOAD_IMAGE,
-                                     "imagePullPolicy": "IfNotPresent"}]}}
 
 
 class Stopwatch:
