@@ -75,5 +75,6 @@ test: install k8s-binaries chart-tools promtool real-node-deps images
 .PHONY: demo
 # The product end to end on a local control plane (stock kube-scheduler + extender); ARGS="--mode kai" for the
 # KAI-scheduler contract, ARGS=--keep-running to stay up until Ctrl-C.
-demo: install k8s-binaries real-node-deps
+# ARGS=--in-cluster installs with the Helm chart instead (every program a pod): it also needs the images and helm.
+demo: install k8s-binaries real-node-deps $(if $(findstring --in-cluster,$(ARGS)),images chart-tools)
 	$(PYTHON) -m testbed.demo $(ARGS)

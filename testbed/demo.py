@@ -382,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("stock", "kai"), default="stock",
                         help="stock: the stock kube-scheduler + fracgpu extender place the pods (default); "
                              "kai: the demo writes the BindRequests the KAI scheduler would")
+    parser.add_argument("--in-cluster", action="store_true",
+                        help="install fracgpu with its Helm chart on real nodes as an operator's cluster: every "
+                             "program a pod (stock mode only; testbed/demo_incluster.py)")
     parser.add_argument("--played-nodes", action="store_true",
                         help="nodes as API objects whose kubelet the demo plays (no containers; any machine) instead "
                              "of real nodes (Linux, root)")
@@ -389,7 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fracgpu-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"logs in {workdir}")
-    demo = Demo(workdir, args.keep_running, args.mode, args.played_nodes)
+    if args.in_cluster and (args.mode != "stock" or args.played_nodes):
+        parser.error("--in-cluster runs the chart's stock-scheduler component on real nodes: no --mode kai, no "
+                     "--played-nodes")
+    if args.in_cluster:
+        from testbed.demo_incluster import InClusterDemo  # noqa: PLC0415 - its images and helm only when asked
+
+        demo: Demo = InClusterDemo(workdir, args.keep_running, args.mode)
+    else:
+        demo = Demo(workdir, args.keep_running, args.mode, args.played_nodes)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return demo.run()

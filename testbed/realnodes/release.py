@@ -101,6 +101,27 @@ def wait_rolled_out(session: requests.Session, timeout: float = 300) -> None:
         raise AssertionError(f"{error}\n{describe(session)}") from error
 
 
+def wait_live(session: requests.Session, timeout: float = 300) -> None:
+    """Every Deployment rolled out, the certificate Job of the current revision complete, both webhooks
+    registered: what `helm install` or `upgrade` must reach before fraction pods go through fracgpu."""
+    wait_rolled_out(session, timeout)
+
+    def certified() -> bool:
+        jobs = session.get(f"/apis/batch/v1/namespaces/{SYSTEM}/jobs", timeout=30).json()["items"]
+        return any(condition(job, "Complete") for job in jobs if job["metadata"]["name"].startswith(
+            "fracgpu-certs-") and not job["metadata"]["name"].startswith("fracgpu-certs-renew"))
+
+    def registered() -> bool:
+        return all((session.get(f"{path}/{name}", timeout=30).json().get("webhooks"))
+                   for path, name in zip(CONFIGURATIONS, CONFIGURATION_NAMES, strict=True))
+
+    try:
+        wait_for("the certificate Job complete", certified, timeout=timeout, interval=1)
+        wait_for("the webhooks registered", registered, timeout=60, interval=0.5)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{describe(session)}") from error
+
+
 def pods_of(session: requests.Session, component: str, namespace: str = SYSTEM) -> list[dict[str, Any]]:
     """The pods of one component (`fracgpu-binder`, ...), by its app.kubernetes.io/name label."""
     return session.get(f"/api/v1/namespaces/{namespace}/pods", timeout=30,

@@ -19,16 +19,14 @@ from testbed.cluster.kube import api_client, create_namespace, delete_namespace,
 from testbed.realnodes.bed import RealBed
 from testbed.realnodes.cluster import RealCluster
 from testbed.realnodes.release import (
-    CONFIGURATION_NAMES,
-    CONFIGURATIONS,
     RESERVATION_NAMESPACE,
     SYSTEM,
     assert_not_installed,
-    condition,
     describe,
     helm,
     helm_install_args,
     remove_install,
+    wait_live,
     wait_rolled_out,
 )
 
@@ -52,22 +50,7 @@ class Release:
 
     def wait_live(self, timeout: float = 300) -> None:
         """Every Deployment rolled out, the certificate Job complete, both webhooks registered."""
-        wait_rolled_out(self.session, timeout)
-
-        def certified() -> bool:
-            jobs = self.session.get(f"/apis/batch/v1/namespaces/{SYSTEM}/jobs", timeout=30).json()["items"]
-            return any(condition(job, "Complete") for job in jobs if job["metadata"]["name"].startswith(
-                "fracgpu-certs-") and not job["metadata"]["name"].startswith("fracgpu-certs-renew"))
-
-        def registered() -> bool:
-            return all((self.session.get(f"{path}/{name}", timeout=30).json().get("webhooks"))
-                       for path, name in zip(CONFIGURATIONS, CONFIGURATION_NAMES, strict=True))
-
-        try:
-            wait_for("the certificate Job complete", certified, timeout=timeout, interval=1)
-            wait_for("the webhooks registered", registered, timeout=60, interval=0.5)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{describe(self.session)}") from error
+        wait_live(self.session, timeout)
 
     def scale(self, deployment: str, replicas: int) -> None:
         """`kubectl scale deployment/<name> --replicas N`, waiting until it has exactly that many pods."""
