@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 
-from testbed.cluster.kube import KubeSession, http_session
+from testbed.cluster.kube import KubeSession, http_session, wait_for
 from testbed.demo import DEMO_NAMESPACE, GPU_MEMORY_MIB, NODES, Demo, ensure, say
+from testbed.programs.local_deploy import RESERVATION
 from testbed.realnodes.cluster import RealCluster
 from testbed.realnodes.host import RealNodesUnavailable, check_machine
 from testbed.realnodes.release import SYSTEM, helm, helm_install_args, pods_of, wait_live
@@ -69,3 +70,23 @@ class InClusterDemo(Demo):
             while True:
                 time.sleep(1)
         return 0
+
+    def stop(self) -> None:
+        """Stop every pod first, so the nodes stop with nothing running (no process left in their cgroups)."""
+        if self.session is not None and self.cluster is not None:
+            say("deleting the release's Deployments and every pod, then stopping the nodes")
+            try:
+                for collection in ("apis/apps/v1/namespaces/{ns}/deployments", "apis/batch/v1/namespaces/{ns}/jobs",
+                                   "apis/batch/v1/namespaces/{ns}/cronjobs"):
+                    self.session.delete(f"/{collection.format(ns=SYSTEM)}", params={"propagationPolicy": "Foreground"},
+                                        timeout=30)
+                namespaces = (SYSTEM, DEMO_NAMESPACE, RESERVATION)
+                for namespace in namespaces:
+                    self.session.delete(f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"},
+                                        timeout=30)
+                wait_for("every pod stopped", lambda: not any(
+                    self.session.get(f"/api/v1/namespaces/{ns}/pods", timeout=30).json().get("items")
+                    for ns in namespaces), timeout=60, interval=0.5)
+            except Exception as error:  # noqa: BLE001 - the nodes' own stop still cleans up
+                say(f"could not stop every pod first ({error}); the nodes' stop kills what is left")
+        super().stop()
