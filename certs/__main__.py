@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -105,8 +106,11 @@ def _parser() -> Parser:
     escaped_cmd = commands.add_parser("escaped", help="list fraction pods the webhook never saw")
     escaped_cmd.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
                              help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
-    escaped_cmd.add_argument("--scheduler-name", default=webhooks.names.DEFAULT_SCHEDULER_NAME,
-                             help="the scheduler whose fraction pods are checked")
+    # In a fracgpu pod (`kubectl exec deploy/fracgpu-binder -- python -m certs escaped`) the release's own scheduler.
+    escaped_cmd.add_argument("--scheduler-name", default=os.environ.get(webhooks.names.SCHEDULER_NAME_ENV) or
+                             webhooks.names.DEFAULT_SCHEDULER_NAME,
+                             help="the scheduler whose fraction pods are checked (default: $FRACGPU_SCHEDULER_NAME, "
+                                  "set in fracgpu's pods, else kai-scheduler)")
     add_logging_flags(escaped_cmd)
     add_print_config(escaped_cmd)
     generate = commands.add_parser("generate", help="write ca.crt/ca.key, tls.crt/tls.key")

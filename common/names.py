@@ -79,6 +79,8 @@ GODEBUG_FIPS_ONLY = "fips140=only,tlsmlkem=0"
 # The reservation program on a node without NVML (a fake-GPU node's device plugin sets it, or the operator does):
 # report the device the kubelet gave the container.
 FAKE_GPU_ENV = "FRACGPU_FAKE_GPU"
+# The scheduler name of the release's shared settings (the fracgpu-settings ConfigMap), in every fracgpu pod's env.
+SCHEDULER_NAME_ENV = "FRACGPU_SCHEDULER_NAME"
 RUNAI_NUM_OF_GPUS = "RUNAI_NUM_OF_GPUS"
 GPU_PORTION = "GPU_PORTION"
 CUDA_DEVICE_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
