@@ -43,7 +43,7 @@ class RealBed:
     mode: str
     namespace: str
     reservation_namespace: str
-    binder: BinderProcess | None  # None: the chart's binder pods (tests/incluster)
+    binder: BinderProcess | None  # None: the chart's binder pods (tests/realnodes_incluster)
     extender: ExtenderProcess | None = None
     scheduler: StockScheduler | None = None
 

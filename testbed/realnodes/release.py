@@ -1,9 +1,9 @@
 """fracgpu installed with its chart on the in-cluster real nodes, as an operator runs it (issue 28): `helm` against
 the test bed's API server, the release's rollout awaited, its pods described and exec'd into, its workloads created.
 
-The chart-install tests (tests/realnodes/test_realnodes_chart_install.py) watch an install from before its first
-object; the in-cluster suite (tests/incluster/) installs once and then works the release. Both read the release's
-state through the helpers here.
+The chart-install tests (tests/realnodes/test_realnodes_install.py) watch an install from before its first
+object; the in-cluster suite (tests/realnodes_incluster/) installs once and then works the release. Both read the
+release's state through the helpers here.
 """
 
 from __future__ import annotations
