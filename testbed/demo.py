@@ -347,6 +347,10 @@ class Demo:
             self.start_scheduler(documents)
         if self.played_nodes:
             self.play_nodes()
+        return self.submit_and_show(session)
+
+    def submit_and_show(self, session: KubeSession) -> int:
+        """The user's pods, the table, and (--keep-running) the wait for Ctrl-C; every mode ends with it."""
         submitted = self.submit(session)
         print()
         print(self.table(session, submitted), flush=True)

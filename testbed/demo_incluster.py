@@ -61,15 +61,7 @@ class InClusterDemo(Demo):
         session = self.start_control_plane()
         self.create_nodes(session)
         self.install(session)
-        submitted = self.submit(session)
-        print()
-        print(self.table(session, submitted), flush=True)
-        print()
-        if self.keep_running:
-            say(f"still running; admin kubeconfig: {self.control_plane.admin_kubeconfig} — Ctrl-C to stop")
-            while True:
-                time.sleep(1)
-        return 0
+        return self.submit_and_show(session)
 
     def stop(self) -> None:
         """Stop every pod first, so the nodes stop with nothing running (no process left in their cgroups)."""
