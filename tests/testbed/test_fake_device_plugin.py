@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from common.names import FAKE_GPU_ENV
 from testbed.realnodes import deviceplugin
 from testbed.realnodes.deviceplugin import file_identity, gfd_labels, gpu_ids, pb, pb_grpc
 
@@ -191,8 +192,9 @@ def test_allocate_sets_nvidia_visible_devices(plugin: Plugin) -> None:
         answer = stub.Allocate(request, timeout=10)
         assert len(answer.container_responses) == 2
         first, second = answer.container_responses
-        assert dict(first.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{ids[2]},{ids[0]}"}
-        assert dict(second.envs) == {"NVIDIA_VISIBLE_DEVICES": ids[1]}
+        # FRACGPU_FAKE_GPU tells a reservation pod from our image that the node's GPUs are fake (no NVML).
+        assert dict(first.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{ids[2]},{ids[0]}", FAKE_GPU_ENV: "true"}
+        assert dict(second.envs) == {"NVIDIA_VISIBLE_DEVICES": ids[1], FAKE_GPU_ENV: "true"}
         assert not first.mounts and not first.devices and not first.cdi_devices
 
         options = stub.GetDevicePluginOptions(pb.Empty(), timeout=10)
