@@ -205,10 +205,27 @@ def drain(release: Release, node: str, timeout: float = 240) -> dict[str, int]:
         pending = still
         if pending:
             time.sleep(1)
-    wait_for(f"every pod off {node}", lambda: not release.session.get(
-        "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"}, timeout=30).json()["items"],
-        timeout=120, interval=0.5)
+    gone_by = time.monotonic() + 120
+    while left := release.session.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"},
+                                      timeout=30).json()["items"]:
+        if time.monotonic() > gone_by:
+            raise AssertionError(f"evicted, but still on {node} after 120 s:\n{pods_left(release, node, left)}")
+        time.sleep(0.5)
     return refused
+
+
+def pods_left(release: Release, node: str, pods: list[dict[str, Any]]) -> str:
+    """Why a drain did not finish, for its failure message: the pods still on the node, how far their deletion
+    got and what their containers are doing, and the tail of the node's kubelet and containerd logs."""
+    lines = []
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        states = {s["name"]: s.get("state") for s in status.get("containerStatuses") or []}
+        lines.append(f"{meta['namespace']}/{meta['name']} {status.get('phase')} deleting since "
+                     f"{meta.get('deletionTimestamp')} (grace {meta.get('deletionGracePeriodSeconds')}), "
+                     f"finalizers {meta.get('finalizers')}: {states}")
+    (real,) = [n for n in release.cluster.nodes if n.name == node]
+    return "\n".join(lines) + "\n" + real.log_tails(40)
 
 
 def test_draining_the_binders_node_keeps_every_component_up_and_binds_going(release: Release,
