@@ -92,7 +92,8 @@ class BinderApp:
         self.plugins = plugins if plugins is not None else build_plugins(
             settings.plugins_json, client=client, sharing_mode=settings.gpu_sharing_mode,
             nri_plugin_enabled=settings.nri_plugin_enabled, kai_contract=settings.kai_contract,
-            toolkit_memory_limits=settings.toolkit_memory_limits, registry=self.metrics.registry)
+            toolkit_memory_limits=settings.toolkit_memory_limits, nri_memory_limits=settings.nri_memory_limits,
+            registry=self.metrics.registry)
         self.pipeline = Pipeline(client, self.reservation, self.plugins, self.record_event,
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)

@@ -57,6 +57,7 @@ class Settings:
     kai_contract: str = names.KAI_CONTRACT_V018
     nri_plugin_enabled: bool = False
     toolkit_memory_limits: bool = False
+    nri_memory_limits: bool = False
     kubeconfig: str | None = None
     shutdown_timeout_s: float = 30.0
     client_timeout_s: float = 30.0
@@ -142,6 +143,10 @@ def _parser() -> Parser:
                   "turn on the toolkitmemory plugin: a fraction pod's NVIDIA_GPU_MEMORY_REQUEST and "
                   "NVIDIA_GPU_MEMORY_LIMIT (MiB, its share of nvidia.com/gpu.memory) go into its capabilities "
                   "ConfigMap for the container toolkit's apply-cuda-memory-limits hook; set it as on the webhook")
+    add_bool_flag(p, "--nri-memory-limits-enabled", False,
+                  "turn on the nrimemory plugin (ConfigMap modes): a fraction pod gets the annotations "
+                  "nvidia.com/container.<c>.gpu-memory.request and .gpu-memory.limit (its share of "
+                  "nvidia.com/gpu.memory unless it asked for a limit) for kai-scheduler/gpu-fractioning to enforce")
     p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
                    help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
     p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID, help="Lease name")
@@ -240,6 +245,7 @@ def _build(args: argparse.Namespace) -> Settings:
         kai_contract=args.kai_contract,
         nri_plugin_enabled=args.nri_plugin_enabled,
         toolkit_memory_limits=args.toolkit_memory_limits_enabled,
+        nri_memory_limits=args.nri_memory_limits_enabled,
         kubeconfig=args.kubeconfig,
         shutdown_timeout_s=args.shutdown_timeout,
         client_timeout_s=args.client_timeout,

@@ -152,6 +152,22 @@ def check_toolkit_memory_limits(webhook: bool, binder: bool, nodes: Iterable[Map
                   "check nvidia-container-toolkit >= v1.20.1 and cgroup v2 on the nodes")
 
 
+def check_nri_memory_limits(binder: bool, nodes: Iterable[Mapping[str, Any]]) -> Result:
+    """What the API shows of gpu-fractioning's memory limits: every GPU node labelled with its GPU memory (without
+    it every fraction bind there fails). Whether gpu-fractioning runs on the nodes, in a release that applies limits,
+    is for the operator to check: its early releases read the annotations and applied nothing."""
+    name = "nri-memory-limits"
+    if not binder:
+        return Result(name, SKIP, "--nri-memory-limits-enabled is off")
+    unlabelled = [_name(node) for node in gpu_nodes(nodes) if not uint_or_none(str(
+        ((node.get("metadata") or {}).get("labels") or {}).get(names.GPU_MEMORY_NODE_LABEL, "")))]
+    if unlabelled:
+        return Result(name, FAIL, f"GPU nodes without a positive {names.GPU_MEMORY_NODE_LABEL} label: "
+                      f"{_some(unlabelled)}; every fraction bind there fails (no limit can be computed)")
+    return Result(name, PASS, "on in the binder, every GPU node labelled with its GPU memory; check that "
+                  "kai-scheduler/gpu-fractioning runs on the GPU nodes in a release that applies memory limits")
+
+
 def node_platform(node: Mapping[str, Any]) -> str | None:
     """`os/arch` as the node's kubelet reports it; None before a kubelet has reported (nothing to judge)."""
     info = (node.get("status") or {}).get("nodeInfo") or {}
@@ -253,7 +269,8 @@ def check_probe_answer(namespace: str, answer: Mapping[str, Any] | None, error: 
 
 # ---------------------------------------------------------------------------------------------- reading the cluster
 CHECK_NAMES = ("kai-webhooks", "kai-binder", "runtime-class", "gpu-memory-labels", "toolkit-memory-limits",
-               "reservation-image-platforms", "unmutated-fraction-pods", "webhook-ca-bundle", "webhook-reachable")
+               "nri-memory-limits", "reservation-image-platforms", "unmutated-fraction-pods", "webhook-ca-bundle",
+               "webhook-reachable")
 
 
 class Cluster:
@@ -304,6 +321,7 @@ def run_checks(client: KubeClient, installed: Installed, probe_namespace: str,
         "gpu-memory-labels": lambda: check_gpu_memory_labels(installed.hamicore, nodes()),
         "toolkit-memory-limits": lambda: check_toolkit_memory_limits(
             installed.toolkit_memory_webhook, installed.toolkit_memory_binder, nodes()),
+        "nri-memory-limits": lambda: check_nri_memory_limits(installed.nri_memory_binder, nodes()),
         "reservation-image-platforms": lambda: check_reservation_platforms(
             installed.reservation_image, installed.reservation_platforms, nodes()),
         "unmutated-fraction-pods": lambda: check_unmutated(unmutated_fraction_pods(

@@ -71,6 +71,8 @@ class Installed:
     # --toolkit-memory-limits-enabled on the webhook and on the binder: each side alone does nothing useful.
     toolkit_memory_webhook: bool = False
     toolkit_memory_binder: bool = False
+    # --nri-memory-limits-enabled, a binder flag alone: the annotations go on the pod at bind.
+    nri_memory_binder: bool = False
     reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE
     reservation_image: str = DEFAULT_RESERVATION_IMAGE
     reservation_platforms: list[str] = field(default_factory=list)
@@ -108,6 +110,7 @@ def read_installed(client: KubeClient, namespace: str = DEFAULT_NAMESPACE) -> In
         args = _container_args(binder)
         installed.hamicore = installed.hamicore or hamicore_plugin_enabled(flag_value(args, "--plugins"))
         installed.toolkit_memory_binder = _bool_flag(args, "--toolkit-memory-limits-enabled")
+        installed.nri_memory_binder = _bool_flag(args, "--nri-memory-limits-enabled")
         installed.reservation_namespace = (flag_value(args, "--resource-reservation-namespace")
                                            or installed.reservation_namespace)
         installed.reservation_image = (flag_value(args, "--resource-reservation-pod-image")

@@ -20,6 +20,7 @@ GPUSHARING = "gpusharing"
 HAMICORE = "hamicore"
 NVFRACTIONS = "nvfractions"
 TOOLKITMEMORY = "toolkitmemory"  # ours: the container toolkit's memory limits
+NRIMEMORY = "nrimemory"  # ours: gpu-fractioning's memory limit annotations
 
 BIND_TIMEOUT_SECONDS = "bindTimeoutSeconds"
 CDI_ENABLED = "cdiEnabled"
@@ -57,7 +58,7 @@ PluginsConfig = dict[str, PluginConfig]
 def default_config(
     bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS, cdi_enabled: bool = False,
     sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False,
-    toolkit_memory_limits: bool = False,
+    toolkit_memory_limits: bool = False, nri_memory_limits: bool = False,
 ) -> PluginsConfig:
     """The reference's DefaultConfig(120, false) under a GPU sharing mode preset (KAI v0.18): NonMemoryEnforced
     runs gpusharing (hamicore present but disabled: KAI v0.17's defaults), HamiCore adds hamicore, NvFractions runs
@@ -76,6 +77,9 @@ def default_config(
         # Ours, off unless --toolkit-memory-limits-enabled: it writes into the ConfigMap gpusharing creates.
         TOOLKITMEMORY: PluginConfig(toolkit_memory_limits and sharing_mode in (
             names.SHARING_NON_MEMORY_ENFORCED, names.SHARING_HAMI_CORE), 40, None),
+        # Ours, off unless --nri-memory-limits-enabled: NvFractions writes these annotations itself.
+        NRIMEMORY: PluginConfig(nri_memory_limits and sharing_mode in (
+            names.SHARING_NON_MEMORY_ENFORCED, names.SHARING_HAMI_CORE), 45, None),
     }
 
 

@@ -92,6 +92,13 @@ def _toolkitmemory(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlu
     return ToolkitMemoryPlugin()
 
 
+def _nrimemory(arguments: dict[str, str], deps: dict[str, Any]) -> BinderPlugin:
+    from binder.plugins.nrimemory.plugin import NriMemoryPlugin
+
+    # The fraction container as gpusharing finds it, by the binder's --kai-contract.
+    return NriMemoryPlugin(kai_contract=deps.get("kai_contract") or names.KAI_CONTRACT_V018)
+
+
 BUILDERS: dict[str, Builder] = {
     cfg.VOLUMEBINDING: _volumebinding,
     cfg.DYNAMICRESOURCES: _dynamicresources,
@@ -99,6 +106,7 @@ BUILDERS: dict[str, Builder] = {
     cfg.NVFRACTIONS: _nvfractions,
     cfg.HAMICORE: _hamicore,
     cfg.TOOLKITMEMORY: _toolkitmemory,
+    cfg.NRIMEMORY: _nrimemory,
 }
 
 
@@ -120,16 +128,18 @@ def build_configured_plugins(config: PluginsConfig, **deps: Any) -> list[BinderP
 def build_plugins(
     overrides: str | PluginsConfig | None, *, client: KubeClient | None = None,
     sharing_mode: str = names.SHARING_NON_MEMORY_ENFORCED, nri_plugin_enabled: bool = False,
-    toolkit_memory_limits: bool = False, **deps: Any
+    toolkit_memory_limits: bool = False, nri_memory_limits: bool = False, **deps: Any
 ) -> list[BinderPlugin]:
     """The enabled plugins in run order: defaults merged with `--plugins` (its JSON text, or the value
     already decoded by parse_plugins_flag; None or "" = defaults). Raises PluginConfigError.
 
     `registry=` (a prometheus CollectorRegistry) is where plugin metrics are registered; `kai_contract=` the
     binder's --kai-contract; `nri_plugin_enabled` gpusharing's default nriPluginEnabled argument;
-    `toolkit_memory_limits` turns toolkitmemory on by default (--toolkit-memory-limits-enabled)."""
+    `toolkit_memory_limits` turns toolkitmemory on by default (--toolkit-memory-limits-enabled), `nri_memory_limits`
+    nrimemory (--nri-memory-limits-enabled)."""
     decoded = parse_plugins_flag(overrides) if isinstance(overrides, str) else overrides
     resolved = cfg.resolve_config(
         cfg.default_config(sharing_mode=sharing_mode, nri_plugin_enabled=nri_plugin_enabled,
-                           toolkit_memory_limits=toolkit_memory_limits), decoded)
+                           toolkit_memory_limits=toolkit_memory_limits, nri_memory_limits=nri_memory_limits),
+        decoded)
     return build_configured_plugins(resolved, client=client, **deps)

@@ -177,7 +177,18 @@ def test_disabled_hamicore_needs_nothing():
 
 def test_every_reference_plugin_has_a_builder():
     reference = {"volumebinding", "dynamicresources", "gpusharing", "hamicore", "nvfractions"}  # v0.18
-    assert set(BUILDERS) == reference | {"toolkitmemory"}  # ours: the container toolkit's memory limits
+    # ours: the container toolkit's memory limits, gpu-fractioning's memory limit annotations
+    assert set(BUILDERS) == reference | {"toolkitmemory", "nrimemory"}
+
+
+def test_nrimemory_is_off_unless_its_flag_turns_it_on_and_only_in_the_configmap_modes():
+    assert "nrimemory" not in names_of(build_plugins(None))
+    assert names_of(build_plugins(None, nri_memory_limits=True)) == [
+        "volumebinding", "dynamicresources", "gpusharing", "nrimemory"]
+    assert names_of(build_plugins(None, sharing_mode="HamiCore", nri_memory_limits=True, toolkit_memory_limits=True)
+                    )[-3:] == ["hamicore", "nrimemory", "toolkitmemory"]
+    # NvFractions writes these annotations itself.
+    assert "nrimemory" not in names_of(build_plugins(None, sharing_mode="NvFractions", nri_memory_limits=True))
 
 
 def test_toolkitmemory_is_off_unless_its_flag_turns_it_on_and_runs_after_gpusharing():

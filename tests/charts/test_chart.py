@@ -75,6 +75,7 @@ def test_chart_renders_exactly_what_kustomize_renders(mode):
     ("nriPluginEnabled=yes", "nriPluginEnabled"),
     ("fipsOnly=yes", "fipsOnly"),
     ("toolkitMemoryLimits=yes", "toolkitMemoryLimits"),
+    ("nriMemoryLimits=yes", "nriMemoryLimits"),
 ])
 def test_values_schema_refuses_unknown_or_wrong_values(setting, complaint):
     result = run("helm", ["template", "fracgpu", str(CHART), "--set", setting], check=False)
@@ -227,16 +228,18 @@ def test_the_kai_contract_and_the_nri_plugin_reach_the_webhook_and_the_binder(tm
                        container_args(default, find(default, "Deployment", name)))
 
 
-def test_fips_only_reaches_the_binder_alone(tmp_path):
-    path = tmp_path / "fips.yaml"
-    path.write_text("fipsOnly: true\n")
+@pytest.mark.parametrize("value,flag", [("fipsOnly", "--fips-only"),
+                                         ("nriMemoryLimits", "--nri-memory-limits-enabled")])
+def test_binder_settings_reach_the_binder_alone(tmp_path, value, flag):
+    path = tmp_path / "values.yaml"
+    path.write_text(f"{value}: true\n")
     documents = helm_template([path])
     binder = container_args(documents, find(documents, "Deployment", "fracgpu-binder"))
-    assert [arg for arg in binder if arg.startswith("--fips-only")] == ["--fips-only=true"]
-    assert not any(arg.startswith("--fips-only") for arg in
+    assert [arg for arg in binder if arg.startswith(flag)] == [f"{flag}=true"]
+    assert not any(arg.startswith(flag) for arg in
                    container_args(documents, find(documents, "Deployment", "fracgpu-admission")))
     default = helm_template([])
-    assert not any(arg.startswith("--fips-only") for arg in
+    assert not any(arg.startswith(flag) for arg in
                    container_args(default, find(default, "Deployment", "fracgpu-binder")))
 
 
@@ -250,3 +253,4 @@ def test_toolkit_memory_limits_reach_the_webhook_and_the_binder(tmp_path):
         assert [arg for arg in given if arg.startswith("--toolkit-memory")] == ["--toolkit-memory-limits-enabled=true"]
         assert not any(arg.startswith("--toolkit-memory") for arg in
                        container_args(default, find(default, "Deployment", name)))
+
