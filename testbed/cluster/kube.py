@@ -197,11 +197,20 @@ def _namespaced_collections(api: client.ApiClient) -> list[str]:
 def delete_namespace(api: client.ApiClient, name: str, timeout: float = 60.0) -> None:
     """Delete a namespace and everything in it, and wait until it is gone.
 
-    The test bed runs no namespace controller, so this does its job: delete every namespaced
-    collection (grace period 0, so pods on fake nodes go at once), then drop the ``kubernetes``
-    finalizer.  Objects with finalizers of their own are the caller's business.
+    The played-node test bed runs no namespace controller, so this does its job: delete every namespaced
+    collection (grace period 0, so pods go at once), then drop the ``kubernetes`` finalizer. The namespace is
+    deleted first: once it is Terminating the API server refuses new objects in it, so a controller (a ReplicaSet on
+    the real-node clusters) cannot create pods after the collections went and leave them in a namespace that no longer
+    exists, where no kubelet can ever report them gone (their status patch is refused) and a drain waits forever.
+    Objects with finalizers of their own are the caller's business.
     """
     core = client.CoreV1Api(api)
+    try:
+        core.delete_namespace(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        raise
     for path in _namespaced_collections(api):
         try:
             _raw(api, "DELETE", path.format(ns=name),
@@ -210,7 +219,6 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 60.0) ->
             if exc.status not in (404, 405):
                 raise
     try:
-        core.delete_namespace(name)
         namespace = core.read_namespace(name)
     except ApiException as exc:
         if exc.status == 404:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,37 @@ def test_namespace_create_and_delete_with_contents(kube_admin: client.ApiClient)
     selector = f"metadata.namespace={name}"
     assert core.list_config_map_for_all_namespaces(field_selector=selector).items == []
     assert core.list_pod_for_all_namespaces(field_selector=selector).items == []
+
+
+@pytest.mark.apiserver
+def test_a_namespace_deleted_while_a_controller_keeps_creating_pods_leaves_no_pod_behind(
+        kube_admin: client.ApiClient) -> None:
+    """A ReplicaSet recreating its pods while delete_namespace runs: once the namespace is gone, so are they. Pods
+    left in a namespace that no longer exists can never be reported gone by a real kubelet (its status patch is
+    refused), and stay Terminating on the node for good; a drain of that node then never ends."""
+    core = client.CoreV1Api(kube_admin)
+    name = create_namespace(kube_admin, prefix="racing")
+    stopping = threading.Event()
+    created = []
+
+    def replicaset() -> None:
+        while not stopping.is_set():
+            try:
+                created.append(core.create_namespaced_pod(name, {**_pod("", node="nowhere"), "metadata": {
+                    "generateName": "web-"}}).metadata.name)
+            except ApiException:
+                time.sleep(0.005)  # forbidden while the namespace terminates, not found once it is gone
+
+    creator = threading.Thread(target=replicaset, daemon=True)
+    creator.start()
+    try:
+        time.sleep(0.2)
+        delete_namespace(kube_admin, name)
+    finally:
+        stopping.set()
+        creator.join(10)
+    assert created
+    assert core.list_pod_for_all_namespaces(field_selector=f"metadata.namespace={name}").items == []
 
 
 @pytest.mark.apiserver
