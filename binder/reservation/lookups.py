@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from binder.reservation.gc import TERMINAL_BIND_REQUEST_PHASES
+from binder.reservation.gc import TERMINAL_BIND_REQUEST_PHASES, bound_pod_lives
 from binder.reservation.groups import has_group_label, labels_of
 from common import bindrequest, names
 from common.gpugroups import multi_group_label
@@ -28,6 +28,7 @@ log = logging.getLogger("binder.reservation")
 
 # Lists only the BindRequests that keep a reservation alive (gc.is_active_bind_request), where the CRD allows it.
 ACTIVE_BIND_REQUESTS = ",".join(f"status.phase!={phase}" for phase in TERMINAL_BIND_REQUEST_PHASES)
+SUCCEEDED_BIND_REQUESTS = f"status.phase={names.PHASE_SUCCEEDED}"
 SELECT_AGAIN_AFTER_S = 600.0  # the CRD may be upgraded while the binder runs
 
 
@@ -129,6 +130,22 @@ class ApiReads:
             items = self.client.list_all(bindrequest_path(), transform=of_group).get("items") or []
         return [br for br in items if br is not None], source
 
+    def succeeded_bind_requests_of_group(self, group: str) -> list[Obj]:
+        """The group's Succeeded BindRequests, selected by `status.phase` where the CRD allows it, else filtered
+        out of every BindRequest, page by page."""
+        def of_group(br: Obj) -> Obj | None:
+            succeeded = (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED
+            return br if succeeded and group in bindrequest.selected_gpu_groups(br) else None
+
+        try:
+            items = self.client.list_all(bindrequest_path(), {"fieldSelector": SUCCEEDED_BIND_REQUESTS},
+                                         transform=of_group).get("items") or []
+        except ApiError as error:
+            if error.status != 400:
+                raise
+            items = self.client.list_all(bindrequest_path(), transform=of_group).get("items") or []
+        return [br for br in items if br is not None]
+
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.client.get_or_none(pod_path(namespace, name))
 
@@ -174,7 +191,8 @@ class BindRequestConfirmation:
         if self.on_confirmed is not None:
             self.on_confirmed(source)
 
-    def of_group(self, group: str) -> list[Obj]:
+    def _caught_up_cache(self, group: str) -> list[Obj] | None:
+        """The group's BindRequests from the informer once it has applied the server's current state, or None."""
         informer = self.informer
         # Waiting only pays where BindRequests change all the time; a quiet informer would not catch up in time.
         if informer is not None and informer.heard_within(self.wait_s):
@@ -184,11 +202,32 @@ class BindRequestConfirmation:
             probe = self.api.client.get(bindrequest_path(), {"limit": "1"})
             version = (probe.get("metadata") or {}).get("resourceVersion", "")
             if informer.wait_caught_up(version, since=asked, timeout=self.wait_s):
-                self._confirmed("cache")
                 return informer.by_index(INDEX_GPU_GROUP, group)
+        return None
+
+    def of_group(self, group: str) -> list[Obj]:
+        cached = self._caught_up_cache(group)
+        if cached is not None:
+            self._confirmed("cache")
+            return cached
         found, source = self.api.listed_bind_requests_of_group(group)
         self._confirmed(source)
         return found
+
+    def pod_of_succeeded_lives(self, group: str) -> bool:
+        """KAI v0.18.3 (#2049): whether the pod of a Succeeded BindRequest of the group still lives (Running or
+        Pending, the same uid), with or without the group label the GC looks for: then its reservation pod still
+        keeps that pod's GPU from being handed out again. Asked only before an unused reservation pod is deleted;
+        the pods are read from the API server."""
+        cached = self._caught_up_cache(group)
+        found = [br for br in cached if (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED] \
+            if cached is not None else self.api.succeeded_bind_requests_of_group(group)
+        for bind_request in found:
+            name = (bind_request.get("spec") or {}).get("podName") or ""
+            namespace = (bind_request.get("metadata") or {}).get("namespace", "")
+            if name and bound_pod_lives(self.api.pod(namespace, name), bind_request):
+                return True
+        return False
 
 
 class CacheReads:

@@ -162,6 +162,13 @@ class ReservationService:
                     if gc.has_active_bind_request(bind_requests, group):
                         log.info("Skipping reservation pod deletion, active BindRequests exist")
                         return
+                    try:
+                        lives = self.confirmation.pod_of_succeeded_lives(group)
+                    except ApiError as error:
+                        raise ReservationError(f"failed to read Succeeded BindRequests' pods: {error}") from error
+                    if lives:
+                        log.info("Skipping reservation pod deletion, the pod of a Succeeded BindRequest is alive")
+                        return
                     log.info("deleting unused reservation pod %s", _ref(reservation))
                 try:
                     self._delete_pod(reservation, grace_zero=True)

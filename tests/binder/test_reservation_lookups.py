@@ -52,7 +52,7 @@ class PagedBindRequests(KubeClient):
         params = params or {}
         selector = params.get("fieldSelector")
         if selector is not None:
-            assert selector == "status.phase!=Succeeded,status.phase!=Failed", selector
+            assert selector in ("status.phase!=Succeeded,status.phase!=Failed", "status.phase=Succeeded"), selector
             if not self.selectable:
                 raise ApiError(400, "BadRequest", 'field label not supported: status.phase')
         start = int(params.get("continue") or 0)
@@ -65,7 +65,9 @@ class PagedBindRequests(KubeClient):
             else:
                 self.full_lists += 1
         items = [bind_request(i) for i in range(start, end)]
-        if selector:
+        if selector == "status.phase=Succeeded":
+            items = [br for br in items if br["status"]["phase"] == "Succeeded"]
+        elif selector:
             items = [br for br in items if br["status"]["phase"] not in ("Succeeded", "Failed")]
         return {"kind": "BindRequestList", "metadata": {"continue": str(end) if end < self.total else ""},
                 "items": items}
@@ -243,3 +245,44 @@ def test_an_informer_publishes_a_version_only_once_its_store_holds_the_change():
     br["metadata"]["resourceVersion"] = "12"
     informer._apply({"type": "ADDED", "object": br})
     assert versions_while_stored == ["10"] and informer.resource_version == "12"
+
+
+# ---------------------------------------------------------------------- KAI v0.18.3 #2049: a Succeeded one's live pod
+class WithPods(CurrentVersion):
+    """The server also holds pods: `pods` maps "namespace/name" to the pod."""
+
+    def __init__(self, current: str, pods: dict[str, dict[str, Any]], total: int = 3, selectable: bool = False) -> None:
+        super().__init__(current, total, selectable)
+        self.pods = pods
+        self.pod_reads: list[str] = []
+
+    def get_or_none(self, path: str, params: dict | None = None) -> dict | None:
+        namespace, name = path.split("/namespaces/")[1].split("/pods/")
+        self.pod_reads.append(f"{namespace}/{name}")
+        return self.pods.get(f"{namespace}/{name}")
+
+
+def pod(i: int, phase: str = "Running", uid: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": f"pod-{i}", "namespace": f"team-{i % 7}", "uid": uid or f"pod-{i:08d}"},
+            "status": {"phase": phase}}  # no group label: a user took it off
+
+
+@pytest.mark.parametrize(("served", "lives"), [
+    (pod(1), True), (pod(1, "Pending"), True), (pod(1, "Succeeded"), False), (pod(1, uid="another"), False),
+    (None, False)])
+def test_a_succeeded_bind_requests_pod_that_lives_is_found_without_its_group_label(served, lives):
+    client = WithPods("20", {"team-1/pod-1": served} if served else {}, selectable=True)
+    confirmation = BindRequestConfirmation(ApiReads(client))
+    assert confirmation.pod_of_succeeded_lives("group-1") is lives
+    assert client.pod_reads == ["team-1/pod-1"] and (client.selected_lists, client.full_lists) == (1, 0)
+
+
+def test_the_succeeded_ones_come_from_a_caught_up_informer_or_from_every_bind_request_where_none_can_be_selected():
+    client = WithPods("20", {"team-1/pod-1": pod(1)})
+    informer = bind_request_informer("19", [bind_request(0), bind_request(1)])
+    later(0.1, lambda: informer._apply({"type": "ADDED", "object": {
+        **bind_request(2), "metadata": {**bind_request(2)["metadata"], "resourceVersion": "21"}}}))
+    assert BindRequestConfirmation(ApiReads(client), informer, wait_s=5).pod_of_succeeded_lives("group-1")
+    assert (client.selected_lists, client.full_lists) == (0, 0)
+    assert not BindRequestConfirmation(ApiReads(client)).pod_of_succeeded_lives("group-0")  # group-0's is not Succeeded
+    assert client.full_lists == 1 and client.pod_reads == ["team-1/pod-1"]

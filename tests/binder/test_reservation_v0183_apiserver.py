@@ -14,6 +14,7 @@ from binder.reservation.podspec import build_reservation_pod
 from binder.reservation.service import ReservationService
 from binder.reservation.settings import ReservationSettings
 from binder.settings import parse_settings
+from common.kube.client import bindrequest_path, pod_path
 
 FIPS_ENV = {"name": "GODEBUG", "value": "fips140=only,tlsmlkem=0"}
 
@@ -57,6 +58,31 @@ def test_a_succeeded_bind_requests_live_pod_keeps_the_reservation_the_cache_thin
     rsv = reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
     plain_pod(api, namespace, "br1", labels={"runai-gpu-group": "g1"}, node="n1", phase=pod_phase)
     bind_request(api, namespace, "br1", groups=["g1"], phase="Succeeded")
+    service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
+                                                          scale_adjust_namespace=scale_namespace),
+                                 reads=StaleReads(rsv))
+    service.sync_for_gpu_group("g1")
+    assert (get_pod(api, rsv_namespace, reservation_pod_name("n1", "g1")) is not None) is kept
+
+
+@pytest.mark.apiserver
+@pytest.mark.parametrize(("pod_phase", "bound_pod", "kept"), [
+    ("Running", "same", True), ("Pending", "same", True), ("Succeeded", "same", False),
+    ("Running", "re-created", False), ("Running", "gone", False)])
+def test_a_succeeded_bind_requests_live_pod_keeps_its_reservation_even_without_the_group_label(
+        api, namespace, rsv_namespace, scale_namespace, crds, pod_phase, bound_pod, kept):
+    # KAI #2049, the case the API server's pods do not cover: the running pod has lost its group label (someone took
+    # it off). KAI keeps the reservation pod while the Succeeded BindRequest's pod lives, and so do we: deleting it
+    # would hand the GPU the pod still runs on to the next bind. A pod re-created under the name never had the GPU.
+    rsv = reservation(api, rsv_namespace, "n1", "g1", gpu="GPU-1")
+    pod = plain_pod(api, namespace, "br1", node="n1", phase=pod_phase)
+    owner_uid = pod["metadata"]["uid"] if bound_pod == "same" else "00000000-0000-0000-0000-000000000000"
+    if bound_pod == "gone":
+        api.delete(pod_path(namespace, "br1"), params={"gracePeriodSeconds": "0"})
+    created = bind_request(api, namespace, "br1", groups=["g1"], phase="Succeeded")
+    api.patch(bindrequest_path(namespace, "br1"), {"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "br1", "uid": owner_uid}]}})
+    assert created["status"]["phase"] == "Succeeded"
     service = ReservationService(api, ReservationSettings(namespace=rsv_namespace,
                                                           scale_adjust_namespace=scale_namespace),
                                  reads=StaleReads(rsv))
