@@ -102,15 +102,17 @@ def has_active_bind_request(bind_requests: Iterable[dict[str, Any]], group: str)
 
 
 def bound_pod_lives(pod: dict[str, Any] | None, bind_request: dict[str, Any]) -> bool:
-    """KAI v0.18.3 (#2049): the pod a Succeeded BindRequest bound still lives: Running or Pending, and the very pod
-    the BindRequest was written for (its owner uid, where it names one; a pod re-created under the name never got
-    the group's GPU). Its group label is not asked for: a cache that lags, or a user, may have lost it."""
+    """KAI v0.18.3 (#2049): the pod a Succeeded BindRequest bound still lives: Running, or Pending on a node (its
+    containers are starting), and the very pod the BindRequest was written for (its owner uid, where it names one;
+    a pod re-created under the name never got the group's GPU). Its group label is not asked for: a cache that
+    lags, or a user, may have lost it. A pod that is not bound holds no GPU, whatever its BindRequest says."""
     if pod is None or _meta(pod).get("name") != (bind_request.get("spec") or {}).get("podName"):
         return False
     uid = bindrequest.owner_pod_uid(bind_request)
     if uid and _meta(pod).get("uid") != uid:
         return False
-    return (pod.get("status") or {}).get("phase", "") in FRACTION_PHASES
+    phase = (pod.get("status") or {}).get("phase", "")
+    return phase == "Running" or (phase == "Pending" and bool((pod.get("spec") or {}).get("nodeName")))
 
 
 def is_scaling_up(scale_adjust_pods: Iterable[dict[str, Any]]) -> bool:

@@ -191,8 +191,7 @@ class BindRequestConfirmation:
         if self.on_confirmed is not None:
             self.on_confirmed(source)
 
-    def _caught_up_cache(self, group: str) -> list[Obj] | None:
-        """The group's BindRequests from the informer once it has applied the server's current state, or None."""
+    def of_group(self, group: str) -> list[Obj]:
         informer = self.informer
         # Waiting only pays where BindRequests change all the time; a quiet informer would not catch up in time.
         if informer is not None and informer.heard_within(self.wait_s):
@@ -202,14 +201,8 @@ class BindRequestConfirmation:
             probe = self.api.client.get(bindrequest_path(), {"limit": "1"})
             version = (probe.get("metadata") or {}).get("resourceVersion", "")
             if informer.wait_caught_up(version, since=asked, timeout=self.wait_s):
+                self._confirmed("cache")
                 return informer.by_index(INDEX_GPU_GROUP, group)
-        return None
-
-    def of_group(self, group: str) -> list[Obj]:
-        cached = self._caught_up_cache(group)
-        if cached is not None:
-            self._confirmed("cache")
-            return cached
         found, source = self.api.listed_bind_requests_of_group(group)
         self._confirmed(source)
         return found
@@ -217,11 +210,22 @@ class BindRequestConfirmation:
     def pod_of_succeeded_lives(self, group: str) -> bool:
         """KAI v0.18.3 (#2049): whether the pod of a Succeeded BindRequest of the group still lives (Running or
         Pending, the same uid), with or without the group label the GC looks for: then its reservation pod still
-        keeps that pod's GPU from being handed out again. Asked only before an unused reservation pod is deleted;
-        the pods are read from the API server."""
-        cached = self._caught_up_cache(group)
-        found = [br for br in cached if (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED] \
-            if cached is not None else self.api.succeeded_bind_requests_of_group(group)
+        keeps that pod's GPU from being handed out again. Asked only before an unused reservation pod is deleted,
+        after the active BindRequests were confirmed.
+
+        The pods are read from the API server; the BindRequests from the synced informer without waiting for it,
+        every one of the group that has not Failed: one the cache still shows active is Succeeded on the server
+        (the confirmation found none active), and its pod decides. Only a BindRequest created and Succeeded
+        within the informer's lag would be missed, and its pod's label was written first. Without an informer,
+        the Succeeded ones are listed (a list of most BindRequests of a busy cluster: the informer spares it)."""
+        informer = self.informer
+        if informer is not None and informer.synced:
+            from binder.caches import INDEX_GPU_GROUP
+
+            found = [br for br in informer.by_index(INDEX_GPU_GROUP, group)
+                     if (br.get("status") or {}).get("phase") != names.PHASE_FAILED]
+        else:
+            found = self.api.succeeded_bind_requests_of_group(group)
         for bind_request in found:
             name = (bind_request.get("spec") or {}).get("podName") or ""
             namespace = (bind_request.get("metadata") or {}).get("namespace", "")
