@@ -29,9 +29,14 @@ def slim_pod(pod: dict) -> dict:
 
 
 def slim_node(node: dict) -> dict:
-    """Nodes: name, uid, labels, annotations; no images, no status (the binder never reads them)."""
+    """Nodes: name, uid, labels, annotations, and of the status only the container runtime's version (whether it
+    can run NRI plugins, common/nri.py); no images, no conditions (the binder never reads them)."""
     meta = slim_meta(node.get("metadata") or {})
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+    slim: dict = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+    runtime = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion")
+    if runtime:
+        slim["status"] = {"nodeInfo": {"containerRuntimeVersion": runtime}}
+    return slim
 
 
 def slim_generic(obj: dict) -> dict:

@@ -118,6 +118,24 @@ def test_with_the_nri_plugin_the_devices_go_into_the_cdi_annotation_and_into_no_
     assert get_configmap(api, namespace, EVAR).get("data") in (None, {})
 
 
+@pytest.mark.apiserver
+def test_with_the_nri_plugin_a_node_whose_runtime_has_no_nri_fails_the_bind_before_anything_is_written(
+        api, namespace):
+    pod = create_pod(api, namespace, fraction_pod_body("p1"))
+    ctx = fraction_context(api, pod)
+    ctx.node["status"] = {"nodeInfo": {"containerRuntimeVersion": "containerd://1.6.33"}}
+    plugin = GpuSharingPlugin(cdi_enabled=False, nri_plugin_enabled=True)
+    with pytest.raises(BindError) as refused:  # the container would start without its GPU
+        plugin.precheck(ctx)
+    assert str(refused.value) == (
+        f"fraction pod {namespace}/p1 gets its GPU from an NRI plugin (nriPluginEnabled): node n1 runs "
+        "containerd://1.6.33, which has no NRI (containerd 1.7 or later, with NRI enabled, is needed)")
+    assert ctx.bind_annotations == {} and get_configmap(api, namespace, CAP) is None
+    GpuSharingPlugin(cdi_enabled=False).prebind(ctx)  # without the setting the node serves as before
+    ctx.node["status"]["nodeInfo"]["containerRuntimeVersion"] = "containerd://2.1.4"
+    plugin.prebind(ctx)
+
+
 def gpusharing_of(plugins):
     return next(plugin for plugin in plugins if plugin.name == "gpusharing")
 

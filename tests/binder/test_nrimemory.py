@@ -96,3 +96,13 @@ def test_a_regular_bind_gets_nothing():
 def test_the_binder_flag_turns_it_on():
     assert parse_settings(["--nri-memory-limits-enabled"]).nri_memory_limits
     assert not parse_settings([]).nri_memory_limits
+
+
+def test_a_node_whose_runtime_has_no_nri_fails_the_bind_with_the_reason():
+    ctx = context()
+    ctx.node["status"] = {"nodeInfo": {"containerRuntimeVersion": "docker://24.0.7"}}
+    with pytest.raises(BindError) as refused:  # gpu-fractioning cannot run there: the pod would run unlimited
+        NriMemoryPlugin().prebind(ctx)
+    assert str(refused.value) == ("the GPU memory limit of pod <ns/p1> is enforced by kai-scheduler/gpu-fractioning, "
+                                  "an NRI plugin: node n1 runs docker://24.0.7, which has no NRI")
+    assert not ctx.bind_annotations

@@ -173,9 +173,11 @@ def test_a_write_answered_after_the_watch_deleted_the_object_leaves_no_ghost():
     assert informer.get("ns/a") is None
 
 
-def test_slim_node_keeps_labels_and_drops_status():
+def test_slim_node_keeps_labels_and_the_runtime_version_and_drops_the_rest_of_the_status():
     node = {"metadata": {"name": "n", "labels": {"l": "v"}}, "status": {"images": ["x"] * 100}}
     assert slim_node(node) == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"l": "v"}}}
+    node["status"]["nodeInfo"] = {"containerRuntimeVersion": "containerd://2.1.4", "kernelVersion": "6.1"}
+    assert slim_node(node)["status"] == {"nodeInfo": {"containerRuntimeVersion": "containerd://2.1.4"}}
 
 
 def test_slim_pod_keeps_the_resource_claim_statuses_dra_binds_read():

@@ -11,7 +11,8 @@ KAI v0.18.3 (`--kai-contract v0.18`, the default) also puts the fraction contain
 writes it for `gpu-memory`): trunc(node label nvidia.com/gpu.memory x portion) MiB. A node without the label, or a
 share of 0 MiB, fails the bind before any reservation pod is made. The fraction container is found by v0.18's rules,
 as the webhook found it (common/request_rules.py). With `nriPluginEnabled` the devices go into the pod annotation
-`nvidia.cdi.k8s.io/container.<c>` for the GPU Operator's NRI plugin, and into neither ConfigMap. `--kai-contract
+`nvidia.cdi.k8s.io/container.<c>` for the GPU Operator's NRI plugin, and into neither ConfigMap; a node whose
+runtime reports no NRI (common/nri.py) fails the bind before any reservation pod is made. `--kai-contract
 v0.17` writes no memory request: a v0.17 scheduler's cluster has nothing that reads it.
 """
 
@@ -31,6 +32,7 @@ from common.configmaps import env_configmap_name, existing_capabilities_configma
 from common.fraction import ContainerRef
 from common.fraction_request import annotation_key
 from common.kube.client import ApiError, pod_path
+from common.nri import nri_missing
 from common.objects import annotations_of
 from common.request_rules import ContainerRefError, fraction_container
 from common.strconv import float_or_none
@@ -162,6 +164,10 @@ class GpuSharingPlugin(PluginDefaults):
             ctx.pod, bindrequest.selected_gpu_groups(ctx.bind_request))
         if problem:
             raise BindError(f"fraction BindRequest for pod {ctx.namespace}/{ctx.pod_name} {problem}")
+        if self.nri_plugin_enabled and (no_nri := nri_missing(ctx.node)):
+            # The NRI plugin is what gives the container its GPU here; without NRI it would start with none.
+            raise BindError(f"fraction pod {ctx.namespace}/{ctx.pod_name} gets its GPU from an NRI plugin "
+                            f"(nriPluginEnabled): {no_nri}")
         return FractionPod(ctx.spec["receivedGPU"]["portion"], ref, container, capabilities, memory)
 
     def prebind(self, ctx: BindContext) -> None:

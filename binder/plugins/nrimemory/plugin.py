@@ -14,8 +14,9 @@ into the pipeline's pre-bind annotation patch, for the fraction container gpusha
   user wrote it (admission checked it has a unit and is at least `gpu-memory`), else the share itself: a share is a
   hard share, as hamicore and toolkitmemory enforce it.
 
-Like them it fails the bind closed when the node has no memory label: a pod the operator meant to limit never runs
-unlimited because of fracgpu. PostBind and Rollback do nothing: the annotations go with the pod.
+Like them it fails the bind closed when the node has no memory label, and when its runtime reports no NRI
+(common/nri.py: gpu-fractioning could not run there): a pod the operator meant to limit never runs unlimited
+because of fracgpu. PostBind and Rollback do nothing: the annotations go with the pod.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from common import bindrequest, names
 from common.fraction_limits import portion_limit_annotation
 from common.fraction_request import annotation_key
 from common.gpu_memory_share import NoShare, memory_share_mib
+from common.nri import nri_missing
 from common.objects import annotations_of
 from common.request_rules import ContainerRefError, fraction_container
 
@@ -63,6 +65,9 @@ class NriMemoryPlugin(PluginDefaults):
             raise BindError(f"failed to get fraction container ref: {error}") from error
         request_key = annotation_key(container, names.NVFRACTIONS_MEMORY_REQUEST_SUFFIX)
         limit_key = annotation_key(container, names.NVFRACTIONS_MEMORY_LIMIT_SUFFIX)
+        if no_nri := nri_missing(ctx.node):
+            raise BindError(f"the GPU memory limit of pod <{ctx.namespace}/{ctx.pod_name}> is enforced by "
+                            f"kai-scheduler/gpu-fractioning, an NRI plugin: {no_nri}")
         share_mib = memory_share_mib(ctx.node, ctx.spec.get("receivedGPU"))
         if isinstance(share_mib, NoShare):
             raise BindError(f"failed to calculate {limit_key} for pod <{ctx.namespace}/{ctx.pod_name}>: "
