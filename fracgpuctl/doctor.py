@@ -17,6 +17,7 @@ from cryptography import x509
 
 from common import names
 from common.kube.client import ApiError, KubeClient
+from common.nri import nri_missing
 from common.strconv import uint_or_none
 from fracgpuctl.installed import Installed
 
@@ -164,6 +165,10 @@ def check_nri_memory_limits(binder: bool, nodes: Iterable[Mapping[str, Any]]) ->
     if unlabelled:
         return Result(name, FAIL, f"GPU nodes without a positive {names.GPU_MEMORY_NODE_LABEL} label: "
                       f"{_some(unlabelled)}; every fraction bind there fails (no limit can be computed)")
+    without_nri = [reason for node in gpu_nodes(nodes) if (reason := nri_missing(dict(node)))]
+    if without_nri:
+        return Result(name, FAIL, f"{_some(without_nri)}; every fraction bind there fails (gpu-fractioning is an "
+                      "NRI plugin)")
     return Result(name, PASS, "on in the binder, every GPU node labelled with its GPU memory; check that "
                   "kai-scheduler/gpu-fractioning runs on the GPU nodes in a release that applies memory limits")
 

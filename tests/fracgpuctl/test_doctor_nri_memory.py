@@ -22,6 +22,13 @@ def test_gpu_nodes_without_the_memory_label_fail_by_name():
     assert result.status == FAIL and "n2" in result.message and "n1" not in result.message
 
 
+def test_gpu_nodes_whose_runtime_has_no_nri_fail_by_name():
+    old = {**gpu_node("n2"), "status": {"allocatable": {"nvidia.com/gpu": "4"},
+                                        "nodeInfo": {"containerRuntimeVersion": "containerd://1.6.33"}}}
+    result = check_nri_memory_limits(True, [gpu_node("n1"), old])
+    assert result.status == FAIL and "node n2 runs containerd://1.6.33, which has no NRI" in result.message
+
+
 def test_a_passing_line_names_what_the_api_cannot_show():
     cpu_only = {"metadata": {"name": "cpu", "labels": {}}, "status": {"allocatable": {}}}
     result = check_nri_memory_limits(True, [gpu_node("n1"), cpu_only])
