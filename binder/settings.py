@@ -144,9 +144,9 @@ def _parser() -> Parser:
                   "NVIDIA_GPU_MEMORY_LIMIT (MiB, its share of nvidia.com/gpu.memory) go into its capabilities "
                   "ConfigMap for the container toolkit's apply-cuda-memory-limits hook; set it as on the webhook")
     add_bool_flag(p, "--nri-memory-limits-enabled", False,
-                  "turn on the nrimemory plugin (ConfigMap modes): a fraction pod gets the annotations "
-                  "nvidia.com/container.<c>.gpu-memory.request and .gpu-memory.limit (its share of "
-                  "nvidia.com/gpu.memory unless it asked for a limit) for kai-scheduler/gpu-fractioning to enforce")
+                  "turn on the nrimemory plugin (ConfigMap modes): a fraction pod gets the annotation "
+                  "nvidia.com/container.<c>.gpu-memory.request (its share of nvidia.com/gpu.memory) and the limit it "
+                  "asked for, translated, for kai-scheduler/gpu-fractioning to enforce")
     p.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
                    help="kubeconfig path (default: in-cluster, then $KUBECONFIG / ~/.kube/config)")
     p.add_argument("--leader-election-id", default=LEADER_ELECTION_ID, help="Lease name")
