@@ -19,7 +19,7 @@ from typing import Any
 
 from common import names
 from common.fraction import ContainerRef
-from common.fraction_limits import FractionRequestError, request_portion, validate_limits
+from common.fraction_limits import FractionRequestError, portion_limit_annotation, request_portion, validate_limits
 from common.gpu_request import MSG_MEMORY_VALUE
 from common.objects import annotations_of
 from common.quantity import InvalidQuantity, Quantity, mebibytes, parse_quantity
@@ -201,7 +201,11 @@ def validate_request(pod: Mapping[str, Any]) -> None:
     has_memory = bool(annotations.get(names.GPU_MEMORY))
     # gpu-memory may stand beside the limit the nvfractions plugin translated from its gpu-memory.limit shorthand.
     memory_shorthand = names.GPU_MEMORY_LIMIT in annotations
-    if request.limit is not None and (has_fraction or (has_memory and not memory_shorthand)):
+    # Ours (docs/decisions.md 2.16): gpu-fraction may stand beside the limit the binder computes at bind from its
+    # portion limit (the gpu-fraction.limit shorthand's translation). The reference refuses it, and with it the
+    # binder's own pre-bind patch of every such pod: validation runs on UPDATE too, so the pod never bound.
+    portion_limited = portion_limit_annotation(annotations) is not None
+    if request.limit is not None and ((has_fraction and not portion_limited) or (has_memory and not memory_shorthand)):
         raise FractionRequestError(MSG_LIMIT_AND_LEGACY)
     if has_fraction and has_memory:
         raise FractionRequestError(MSG_FRACTION_AND_MEMORY)

@@ -329,3 +329,24 @@ def test_review_reads_a_malformed_user_as_nobody():
         response = answer(review.validate, NV_PLUGINS, {"uid": "u", "operation": "CREATE", "object": bound,
                                                          "userInfo": user})
         assert response["status"]["message"] == ONLY_BINDER
+
+
+@pytest.mark.parametrize("portion_limited", [True, False])
+def test_a_gpu_fraction_pod_with_the_limit_the_binder_computed_from_its_portion_limit_passes_the_update(
+        portion_limited):
+    """Ours (docs/decisions.md 2.16): the binder's pre-bind patch of a gpu-fraction pod with gpu-fraction.limit adds
+    .gpu-memory.limit (trunc(node memory x portion limit)). Validation runs on that UPDATE with the whole pod; the
+    reference's rule refused it, so such a pod never bound. Without a portion limit the reference's refusal stands."""
+    annotations = {"gpu-fraction": "0.5", "nvidia.com/container.main.gpu-memory.request": "20Gi",
+                   "nvidia.com/container.main.gpu-memory.limit": "32Gi"}
+    if portion_limited:
+        annotations.update({"gpu-fraction.limit": "0.8",
+                            "kai.scheduler/container.main.gpu-memory.portion.limit": "0.8"})
+    pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+           "spec": {"containers": [{"name": "main", "image": "x"}]}}
+    update = AdmissionRequest(operation="UPDATE", old_pod=copy.deepcopy(pod), username=BINDER)
+    if portion_limited:
+        NvFractions(BINDER).validate(pod, update)
+    else:
+        with pytest.raises(Denied, match="cannot combine nvidia.com/container. limit annotation with gpu-fraction"):
+            NvFractions(BINDER).validate(pod, update)

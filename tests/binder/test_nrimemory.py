@@ -60,10 +60,12 @@ def test_the_request_gpusharing_already_wrote_is_kept():
 
 
 @pytest.mark.parametrize(("annotations", "written"), [
-    ({names.GPU_FRACTION_LIMIT: "0.75"}, {PORTION_LIMIT: "0.75"}),
+    # trunc(40960 x 0.75) MiB, as the nvfractions binder computes it from the portion limit
+    ({names.GPU_FRACTION_LIMIT: "0.75"}, {PORTION_LIMIT: "0.75", LIMIT: "30Gi"}),
     ({names.GPU_MEMORY: "4096", names.GPU_MEMORY_LIMIT: "6Gi"}, {LIMIT: "6Gi"}),
     # The pod's own translation stands.
-    ({names.GPU_FRACTION_LIMIT: "0.75", PORTION_LIMIT: "0.75"}, {}),
+    ({names.GPU_FRACTION_LIMIT: "0.75", PORTION_LIMIT: "0.75"}, {LIMIT: "30Gi"}),
+    ({names.GPU_FRACTION_LIMIT: "0.75", PORTION_LIMIT: "0.75", LIMIT: "30Gi"}, {}),
     ({names.GPU_MEMORY: "4096", names.GPU_MEMORY_LIMIT: "6Gi", LIMIT: "6Gi"}, {}),
 ])
 def test_a_limit_the_pod_asked_for_is_translated_as_the_nvfractions_webhook_translates_it(annotations, written):
@@ -117,10 +119,18 @@ def test_the_binder_flag_turns_it_on():
     assert not parse_settings([]).nri_memory_limits
 
 
-def test_the_validator_refuses_a_memory_limit_beside_gpu_fraction():
+def test_the_validator_refuses_a_memory_limit_beside_gpu_fraction_without_a_portion_limit():
     """Why no limit is written at the share: KAI v0.18.3's validator refuses it beside gpu-fraction, on the binder's
     UPDATE too (found on the real kubelets: the bind failed at its pre-bind patch)."""
     ctx = context()
     ctx.bind_annotations[LIMIT] = "20Gi"
     with pytest.raises(Denied, match="cannot combine nvidia.com/container. limit annotation with gpu-fraction"):
         assert_the_validator_takes_the_patched_pod(ctx)
+
+
+def test_an_unreadable_fraction_limit_fails_the_bind_with_the_reason():
+    ctx = context({names.GPU_FRACTION_LIMIT: "lots"})
+    with pytest.raises(BindError) as refused:
+        NriMemoryPlugin().prebind(ctx)
+    assert str(refused.value).startswith("failed to calculate nvidia.com/container.main.gpu-memory.limit for pod "
+                                         "<ns/p1>: ") and '"lots"' in str(refused.value)
