@@ -111,12 +111,26 @@ class ApiReads:
         def of_group(br: Obj) -> Obj | None:
             return br if group in bindrequest.selected_gpu_groups(br) else None
 
+        return self._of_group(ACTIVE_BIND_REQUESTS, of_group)
+
+    def succeeded_bind_requests_of_group(self, group: str) -> list[Obj]:
+        """The group's Succeeded BindRequests, selected by `status.phase` as the active ones are."""
+        def of_group(br: Obj) -> Obj | None:
+            succeeded = (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED
+            return br if succeeded and group in bindrequest.selected_gpu_groups(br) else None
+
+        return self._of_group(SUCCEEDED_BIND_REQUESTS, of_group)[0]
+
+    def _of_group(self, phase_selector: str, keep: Callable[[Obj], Obj | None]) -> tuple[list[Obj], str]:
+        """The BindRequests `keep` keeps, page by page, from a list selected by `phase_selector` where the CRD
+        allows it ("selected"), else from every BindRequest ("list"); a refused selection is not tried again
+        for SELECT_AGAIN_AFTER_S."""
         source = "list"
         items: list[Obj | None] | None = None
         if self.clock() >= self._select_again_at:
             try:
-                items = self.client.list_all(bindrequest_path(), {"fieldSelector": ACTIVE_BIND_REQUESTS},
-                                             transform=of_group).get("items") or []
+                items = self.client.list_all(bindrequest_path(), {"fieldSelector": phase_selector},
+                                             transform=keep).get("items") or []
                 source = "selected"
             except ApiError as error:
                 if error.status != 400:
@@ -127,24 +141,8 @@ class ApiReads:
                          "(the BindRequest CRD of this release declares selectableFields)",
                          extra={"fields": {"error": str(error)}})
         if items is None:
-            items = self.client.list_all(bindrequest_path(), transform=of_group).get("items") or []
+            items = self.client.list_all(bindrequest_path(), transform=keep).get("items") or []
         return [br for br in items if br is not None], source
-
-    def succeeded_bind_requests_of_group(self, group: str) -> list[Obj]:
-        """The group's Succeeded BindRequests, selected by `status.phase` where the CRD allows it, else filtered
-        out of every BindRequest, page by page."""
-        def of_group(br: Obj) -> Obj | None:
-            succeeded = (br.get("status") or {}).get("phase") == names.PHASE_SUCCEEDED
-            return br if succeeded and group in bindrequest.selected_gpu_groups(br) else None
-
-        try:
-            items = self.client.list_all(bindrequest_path(), {"fieldSelector": SUCCEEDED_BIND_REQUESTS},
-                                         transform=of_group).get("items") or []
-        except ApiError as error:
-            if error.status != 400:
-                raise
-            items = self.client.list_all(bindrequest_path(), transform=of_group).get("items") or []
-        return [br for br in items if br is not None]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.client.get_or_none(pod_path(namespace, name))
@@ -208,10 +206,10 @@ class BindRequestConfirmation:
         return found
 
     def pod_of_succeeded_lives(self, group: str) -> bool:
-        """KAI v0.18.3 (#2049): whether the pod of a Succeeded BindRequest of the group still lives (Running or
-        Pending, the same uid), with or without the group label the GC looks for: then its reservation pod still
-        keeps that pod's GPU from being handed out again. Asked only before an unused reservation pod is deleted,
-        after the active BindRequests were confirmed.
+        """KAI v0.18.3 (#2049): whether the pod of a Succeeded BindRequest of the group still lives (Running, or
+        Pending on a node; the same uid), with or without the group label the GC looks for: then its reservation
+        pod still keeps that pod's GPU from being handed out again. Asked only before an unused reservation pod is
+        deleted, after the active BindRequests were confirmed.
 
         The pods are read from the API server; the BindRequests from the synced informer without waiting for it,
         every one of the group that has not Failed: one the cache still shows active is Succeeded on the server
