@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from testbed.cluster.binaries import K8S_VERSION
+
 HELM_VERSION = "v3.20.2"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "build-helm.sh"
@@ -59,8 +61,9 @@ def kustomize_build(directory: Path | str) -> list[dict[str, Any]]:
 
 
 def helm_template(values_files: Sequence[Path | str] = (), settings: Sequence[str] = (), release: str = "fracgpu",
-                  namespace: str = "fracgpu-system") -> list[dict[str, Any]]:
-    args = ["template", release, str(CHART), "--namespace", namespace]
+                  namespace: str = "fracgpu-system", kube_version: str = K8S_VERSION) -> list[dict[str, Any]]:
+    """`helm template` as the chart renders for a cluster of ``kube_version`` (default: the test bed's version)."""
+    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
     for values in values_files:
         args += ["--values", str(values)]
     for setting in settings:

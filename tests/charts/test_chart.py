@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from certs.__main__ import _parser as certs_parser
+from testbed.cluster.binaries import K8S_VERSION
 from testbed.cluster.charttools import CHART, helm_template, kustomize_build, run
 from testbed.cluster.manifests import MANIFESTS, find
 from testbed.programs.local_deploy import certs_job, container_args
@@ -50,7 +51,8 @@ def pods(documents):
 
 @pytest.mark.parametrize("values", [None, *EXAMPLES], ids=lambda v: v.name if v else "defaults")
 def test_helm_lint_passes(values):
-    args = ["lint", str(CHART), "--namespace", "fracgpu-system"] + (["--values", str(values)] if values else [])
+    args = ["lint", str(CHART), "--namespace", "fracgpu-system", "--kube-version", K8S_VERSION]
+    args += ["--values", str(values)] if values else []
     result = run("helm", args)
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
 
@@ -148,6 +150,31 @@ def test_a_custom_stock_scheduler_name_renames_its_profile():
     assert "schedulerName: gpu-share" in config
     assert "--scheduler-name=gpu-share" in container_args(documents, find(documents, "Deployment",
                                                                           "fracgpu-admission"))
+
+
+@pytest.mark.parametrize("kube_version", ["v1.37.2", "v1.35.4", "v1.36.1-eks-4a1b2c3"])
+def test_the_stock_scheduler_runs_at_the_clusters_own_version(kube_version):
+    """Kubernetes' skew policy allows no kube-scheduler newer than its API server: the chart takes the tag from the
+    cluster it installs into (a provider's suffix dropped), unless an image is set."""
+    def scheduler_image(documents):
+        pod = find(documents, "Deployment", "fracgpu-scheduler")["spec"]["template"]["spec"]
+        return next(c["image"] for c in pod["containers"] if c["name"] == "kube-scheduler")
+
+    documents = helm_template(settings=["stockScheduler.enabled=true"], kube_version=kube_version)
+    assert scheduler_image(documents) == f"registry.k8s.io/kube-scheduler:{kube_version.split('-')[0]}"
+    pinned = helm_template(settings=["stockScheduler.enabled=true", "stockScheduler.image=example.org/ks:v1.36.0"],
+                           kube_version=kube_version)
+    assert scheduler_image(pinned) == "example.org/ks:v1.36.0"
+
+
+@pytest.mark.parametrize("kube_version", ["v1.37.2", "v1.35.4", "v1.30.0"])
+def test_the_chart_installs_on_every_supported_version(kube_version):
+    assert helm_template(kube_version=kube_version)
+
+
+def test_the_chart_refuses_a_version_without_webhook_match_conditions():
+    refused = run("helm", ["template", "fracgpu", str(CHART), "--kube-version", "v1.29.9"], check=False)
+    assert "chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes v1.29.9" in refused.stderr
 
 
 def test_uninstall_hook_empties_the_webhooks_before_helm_deletes_anything():

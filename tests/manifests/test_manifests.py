@@ -11,6 +11,7 @@ from binder.settings import parse_settings as binder_settings
 from certs.__main__ import _parser as certs_parser
 from common.version import version
 from extender.settings import parse_settings as extender_settings
+from testbed.cluster.binaries import DEFAULT_RELEASE
 from testbed.cluster.manifests import MANIFESTS, find, render
 from testbed.programs.local_deploy import certs_job, container_args
 
@@ -232,7 +233,7 @@ def test_cert_manager_overlay_leaves_the_certificates_to_it_and_only_registers_t
 def test_stock_scheduler_component_runs_the_stock_scheduler_with_our_extender_beside_it():
     pod, _ = container(STOCK, "Deployment", STOCK_SCHEDULER)
     scheduler, extender = pod["containers"]
-    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"  # the version the test bed proves
+    assert scheduler["image"] == f"registry.k8s.io/kube-scheduler:{DEFAULT_RELEASE.version}"  # the default version
     config = yaml.safe_load(find(STOCK, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
     assert scheduler["command"][1] == "--config=/etc/fracgpu-scheduler/config.yaml"
     assert [profile["schedulerName"] for profile in config["profiles"]] == [STOCK_SCHEDULER]

@@ -91,7 +91,7 @@ name, the stock kube-scheduler image, pull secrets, placement and priority.
 {{- $_ := set $container "image" $image -}}
 {{- $_ := set $container "imagePullPolicy" $root.Values.image.pullPolicy -}}
 {{- else if hasPrefix "registry.k8s.io/kube-scheduler:" $container.image -}}
-{{- $_ := set $container "image" $root.Values.stockScheduler.image -}}
+{{- $_ := set $container "image" (include "fracgpu.stockSchedulerImage" $root) -}}
 {{- end -}}
 {{- $args := list -}}
 {{- range $arg := $container.args | default list -}}
@@ -123,4 +123,17 @@ name, the stock kube-scheduler image, pull secrets, placement and priority.
 {{- define "fracgpu.appendArgs" -}}
 {{- $container := index .doc.spec.template.spec.containers 0 -}}
 {{- $_ := set $container "args" (concat $container.args .args) -}}
+{{- end -}}
+
+{{- /*
+fracgpu.stockSchedulerImage: stockScheduler.image, or registry.k8s.io/kube-scheduler at the version of the cluster the
+chart installs into (helm template: --kube-version), without a provider's suffix (v1.37.2-eks-1 -> v1.37.2).
+*/ -}}
+{{- define "fracgpu.stockSchedulerImage" -}}
+{{- if .Values.stockScheduler.image -}}
+{{- .Values.stockScheduler.image -}}
+{{- else -}}
+{{- $version := semver .Capabilities.KubeVersion.Version -}}
+{{- printf "registry.k8s.io/kube-scheduler:v%d.%d.%d" $version.Major $version.Minor $version.Patch -}}
+{{- end -}}
 {{- end -}}
