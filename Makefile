@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
+.PHONY: install k8s-binaries k8s-binaries-compat test-compat chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -38,10 +38,25 @@ sbom:
 reservation-venv:
 	tools/lock-venv.sh reservation $(VENV)
 
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and etcd for the test bed;
-# a no-op when the cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-v1.35.4}) is complete.
+# The Kubernetes version the test bed builds and runs is FRACGPU_K8S_VERSION, or the default row of
+# tools/k8s/versions.tsv (v1.37.2); make, the test bed, the demo and the benchmarks all read that one setting.
+# The compatibility version (v1.35.4) runs the compatibility set below (docs/compatibility.md).
+K8S_COMPAT_VERSION := $(shell awk -F'\t' '$$4 == "compatibility" {print $$1}' tools/k8s/versions.tsv)
+# What proves that what we ship works on the compatibility version: the binder's apiserver suites and the
+# KAI-contract end-to-end tests (no fault injection), the extender with the real kube-scheduler, the real nodes,
+# the shipped RBAC, webhook registrations and CRDs on a real API server, and the chart rendered for that version.
+COMPAT_TESTS := tests/binder tests/extender/e2e tests/realnodes tests/apiserver/test_controlplane.py \
+	tests/apiserver/test_rbac.py tests/apiserver/test_webhook_through_apiserver.py tests/charts
+COMPAT_MARKS := not faults
+
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and etcd of the chosen version for
+# the test bed; a no-op when its cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-<version>}) is complete.
 k8s-binaries:
 	tools/build-k8s.sh
+
+# The same for the compatibility version, in its own cache beside the default one.
+k8s-binaries-compat:
+	FRACGPU_K8S_VERSION=$(K8S_COMPAT_VERSION) tools/build-k8s.sh
 
 # helm and kustomize for the chart and manifest tests (tools/build-helm.sh); a no-op when
 # $${FRACGPU_HELM_CACHE:-~/.cache/fracgpu/helm-v3.20.2} holds both.
@@ -69,8 +84,15 @@ image-tools:
 images: image-tools
 	$(PYTHON) -m testbed.images
 
-test: install k8s-binaries chart-tools promtool real-node-deps images
-	$(PYTHON) -m pytest -q
+# The whole suite on the chosen (default) version, then the compatibility set on the compatibility version; both
+# always run, and either failing fails the target.
+test: install k8s-binaries k8s-binaries-compat chart-tools promtool real-node-deps images
+	status=0; $(PYTHON) -m pytest -q || status=$$?; \
+	$(MAKE) --no-print-directory test-compat || status=$$?; exit $$status
+
+# Only the compatibility set, on the compatibility version (after `make test`'s builds, or with them).
+test-compat: install k8s-binaries-compat chart-tools real-node-deps images
+	FRACGPU_K8S_VERSION=$(K8S_COMPAT_VERSION) $(PYTHON) -m pytest -q -m "$(COMPAT_MARKS)" $(COMPAT_TESTS)
 
 .PHONY: demo
 # The product end to end on a local control plane (stock kube-scheduler + extender); ARGS="--mode kai" for the

@@ -32,6 +32,7 @@ import requests
 from common import names
 from common.bindrequest import manifest
 from common.kube.client import KubeClient
+from testbed.cluster.binaries import K8S_VERSION
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.kube import KubeSession, http_session, set_pod_phase, wait_for
 from testbed.cluster.manifests import MANIFESTS, apply, find, render
@@ -91,7 +92,8 @@ class Demo:
     def start_control_plane(self) -> KubeSession:
         started = time.monotonic()
         if self.played_nodes:
-            say("starting etcd and kube-apiserver (v1.35.4, built from Go modules); nodes are played (API objects)")
+            say(f"starting etcd and kube-apiserver ({K8S_VERSION}, built from Go modules); nodes are played "
+                "(API objects)")
             self.control_plane.start()
         else:
             try:
@@ -100,7 +102,7 @@ class Demo:
                 raise RuntimeError(f"{error}\n  (or run the demo with --played-nodes: nodes as API objects, "
                                    "no containers)") from None
             say(f"starting etcd, kube-apiserver, kube-proxy and {len(NODES)} real nodes (kubelet + containerd + a "
-                "fake NVIDIA device plugin, v1.35.4 built from Go modules)")
+                f"fake NVIDIA device plugin, {K8S_VERSION} built from Go modules)")
             self.cluster = RealCluster(node_names=list(NODES), gpus_per_node=4, gpu_memory_mib=GPU_MEMORY_MIB,
                                        workdir=self.workdir / "cluster")
             self.cluster.start()
@@ -199,7 +201,7 @@ class Demo:
         say(f"starting the extender as ServiceAccount {SCHEDULER_NAME} with its container's flags: {' '.join(flags)}")
         extender = ExtenderProcess(self.control_plane, self.workdir / "extender", *flags, kubeconfig=kubeconfig)
         self.children.append(extender.start())
-        say("starting the stock kube-scheduler v1.35.4 with the shipped configuration (profile "
+        say(f"starting the stock kube-scheduler {K8S_VERSION} with the shipped configuration (profile "
             f"{SCHEDULER_NAME}, extender on {extender.url})")
         scheduler = StockScheduler(self.control_plane, self.workdir / "scheduler", extender.url, kubeconfig=kubeconfig)
         self.children.append(scheduler.start())

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from testbed.cluster.binaries import K8S_VERSION
 from testbed.cluster.controlplane import ControlPlane, User
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -275,7 +276,7 @@ def gpu_node_manifest(name: str, gpus: int = 8, gpu_memory_mib: int = 40960, cpu
             }],
             "addresses": [{"type": "Hostname", "address": name}],
             "nodeInfo": {
-                "architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.35.4",
+                "architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": K8S_VERSION,
                 "kubeProxyVersion": "", "containerRuntimeVersion": "fake://0", "kernelVersion": "",
                 "osImage": "fake", "bootID": "", "machineID": "", "systemUUID": "",
             },

@@ -1,6 +1,6 @@
 """The stock kube-scheduler with the fracgpu extender, and the binder, as child processes on the test bed.
 
-`StockScheduler` runs the kube-scheduler binary the test bed builds (v1.35.4) with the KubeSchedulerConfiguration
+`StockScheduler` runs the kube-scheduler binary the test bed builds (its chosen version) with the configuration
 that manifests/components/stock-scheduler ships (one profile, `fracgpu-scheduler`, our extender on loopback),
 rewritten only where the test bed differs: kubeconfig, extender port, no leader election. `ExtenderProcess` and
 `BinderProcess` run `python -m extender` / `python -m binder` against the admin kubeconfig.

@@ -27,14 +27,14 @@ from pathlib import Path
 import requests
 from urllib3.exceptions import InsecureRequestWarning
 
-from testbed.cluster.binaries import binaries_dir, find_binary
+from testbed.cluster.binaries import K8S_VERSION, binaries_dir, find_binary
 from testbed.cluster.controlplane import ControlPlane
 from testbed.images import build_images
 from testbed.programs.procs import free_ports, spawn
 from testbed.realnodes import images
 from testbed.realnodes.images import DEFAULT_PATH, Image, ImageBuildError
 
-KUBE_VERSION = "v1.35.4"
+KUBE_VERSION = K8S_VERSION  # the test bed's own kube-scheduler binary goes into the image of that tag
 KUBE_SCHEDULER_IMAGE = f"registry.k8s.io/kube-scheduler:{KUBE_VERSION}"  # manifests/components/stock-scheduler
 IN_CLUSTER_CONTROLLERS = ("deployment-controller", "replicaset-controller", "job-controller", "cronjob-controller",
                           "ttl-after-finished-controller", "endpoints-controller", "endpointslice-controller",

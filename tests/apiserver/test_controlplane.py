@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testbed.cluster.binaries import BinariesMissingError
+from testbed.cluster.binaries import K8S_VERSION, RELEASE, BinariesMissingError
 from testbed.cluster.controlplane import ControlPlane, ControlPlaneError
 from testbed.cluster.kube import (
     GPU_MEMORY_LABEL,
@@ -80,11 +80,11 @@ def test_startup_failure_raises_with_log_tails_and_cleans_up(tmp_path: Path) -> 
 
 
 @pytest.mark.apiserver
-def test_apiserver_is_ready_and_is_v1_35_4(kube_session: Any) -> None:
+def test_apiserver_is_ready_and_is_the_chosen_version(kube_session: Any) -> None:
     assert kube_session.get("/readyz").status_code == 200
     version = kube_session.get("/version").json()
-    assert version["gitVersion"] == "v1.35.4"
-    assert (version["major"], version["minor"]) == ("1", "35")
+    assert version["gitVersion"] == K8S_VERSION  # FRACGPU_K8S_VERSION, or the default row of tools/k8s/versions.tsv
+    assert (version["major"], version["minor"]) == ("1", str(RELEASE.minor))
     default = kube_session.get("/api/v1/namespaces/default").json()
     assert default["status"]["phase"] == "Active"
 
