@@ -25,13 +25,14 @@ from binder.plugins.dynamicresources.plugin import DynamicResourcesPlugin, claim
 from common import names
 from common.kube.client import KubeClient, TransportError, pod_path
 from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.features import gate_flags
 
 pytestmark = pytest.mark.apiserver
 
 
 @pytest.fixture(scope="module")
 def dra_api() -> Iterator[KubeClient]:
-    with ControlPlane(extra_apiserver_args=["--feature-gates=DRAExtendedResource=true"]) as plane:
+    with ControlPlane(extra_apiserver_args=gate_flags({"DRAExtendedResource": True})) as plane:
         client = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
         yield client
         client.close()

@@ -19,6 +19,7 @@ from testbed.cluster.binaries import (
     selected_release,
     supported_releases,
 )
+from testbed.cluster.features import gate_flags, gate_specs
 
 BUILD = REPO_ROOT / "tools" / "build-k8s.sh"
 
@@ -93,3 +94,25 @@ def test_build_script_refuses_an_unstamped_cache_whose_apiserver_is_another_vers
     result = _build({"FRACGPU_K8S_VERSION": "v1.37.2", "FRACGPU_K8S_CACHE": str(tmp_path)})
     assert result.returncode == 1
     assert "kube-apiserver is Kubernetes v1.35.4, expected v1.37.2" in result.stderr
+
+
+@pytest.mark.parametrize(("version", "wanted", "flags"), [
+    ("v1.35.4", {"DRAExtendedResource": True}, ["--feature-gates=DRAExtendedResource=true"]),  # alpha, off
+    ("v1.37.2", {"DRAExtendedResource": True}, []),  # GA, locked on: passing it is not needed
+    ("v1.35.4", {"DRAConsumableCapacity": True, "DRAExtendedResource": True},
+     ["--feature-gates=DRAConsumableCapacity=true,DRAExtendedResource=true"]),
+    ("v1.37.2", {"DRAConsumableCapacity": True}, []),  # beta, on by default from 1.36
+    ("v1.37.2", {"DRAConsumableCapacity": False}, ["--feature-gates=DRAConsumableCapacity=false"]),
+])
+def test_feature_gates_are_read_from_each_versions_own_source(version, wanted, flags):
+    assert gate_flags(wanted, version) == flags
+
+
+def test_a_gate_a_version_lacks_or_locks_is_refused():
+    assert "SchedulerQueueingHints" in gate_specs("v1.35.4")  # removed by 1.37: passing it would stop the binary
+    with pytest.raises(ValueError, match="Kubernetes v1.37.2 has no feature gate SchedulerQueueingHints"):
+        gate_flags({"SchedulerQueueingHints": True}, "v1.37.2")
+    with pytest.raises(ValueError, match="Kubernetes v1.37.2 locks DRAExtendedResource to true"):
+        gate_flags({"DRAExtendedResource": False}, "v1.37.2")
+    specs = gate_specs("v1.37.2")
+    assert specs["DynamicResourceAllocation"].stage == "GA" and specs["DynamicResourceAllocation"].locked

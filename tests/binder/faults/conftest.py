@@ -26,6 +26,7 @@ from faults_kit import (  # faults_kit also puts the e2e kit on sys.path
 from common.kube.client import KubeClient
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.faults import ControlPlaneFaults, audited_control_plane
+from testbed.cluster.features import gate_flags
 from testbed.cluster.kube import (
     api_client,
     apply_crds,
@@ -46,10 +47,11 @@ CRD_FILE = Path(__file__).resolve().parents[3] / "manifests" / "crd" / "bindrequ
 @pytest.fixture(scope="session")
 def fault_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     # DRAExtendedResource: S8 loses the answer to an extended ResourceClaim's create, and checks the claim named
-    # in the pod's status.extendedResourceClaimStatus, which the apiserver keeps only with that gate.
+    # in the pod's status.extendedResourceClaimStatus, which the apiserver keeps only with that gate (off in 1.35,
+    # GA in 1.37).
     plane = audited_control_plane(service_accounts=BINDER_SERVICE_ACCOUNTS,
                                   extra_apiserver_args=[f"--request-timeout={APISERVER_REQUEST_TIMEOUT}s",
-                                                        "--feature-gates=DRAExtendedResource=true"])
+                                                        *gate_flags({"DRAExtendedResource": True})])
     plane.start()
     try:
         api = api_client(plane)
