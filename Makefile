@@ -46,6 +46,7 @@ K8S_COMPAT_VERSION := $(shell awk -F'\t' '$$4 == "compatibility" {print $$1}' to
 # KAI-contract end-to-end tests (no fault injection), the extender with the real kube-scheduler, the real nodes,
 # the shipped RBAC, webhook registrations and CRDs on a real API server, and the chart rendered for that version.
 COMPAT_TESTS := tests/binder tests/extender/e2e tests/realnodes tests/apiserver/test_controlplane.py \
+	tests/apiserver/test_served_apis.py \
 	tests/apiserver/test_rbac.py tests/apiserver/test_webhook_through_apiserver.py tests/charts
 COMPAT_MARKS := not faults
 
