@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.version import KAI_CONTRACT_COMMIT, version
-from testbed.cluster.binaries import K8S_VERSION
+from testbed.cluster.binaries import supported_releases
 from testbed.cluster.manifests import MANIFESTS, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,8 +93,20 @@ def test_compatibility_statement_names_what_is_tested():
     assert row, f"docs/compatibility.md has no row for {VERSION}"
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert KAI_CONTRACT_COMMIT in cells[1]
-    assert cells[2] == K8S_VERSION  # the one Kubernetes version the test bed builds and every test runs on
-    assert f"Tested: {K8S_VERSION} only" in text
+    releases = supported_releases()
+    assert cells[2] == ", ".join(r.version for r in releases)  # every version the test bed builds and tests runs on
+    table = text[text.index("### Tested versions"):text.index("### Supported, not tested")]
+    for release in releases:
+        row = next(line for line in table.splitlines() if line.startswith(f"| **{release.version}** ({release.role})"))
+        assert f"| {release.etcd[1:]} |" in row
+        if release.role == "compatibility":  # the command is the Makefile's compatibility set, word for word
+            makefile = (ROOT / "Makefile").read_text()
+            compat = re.search(r"^COMPAT_TESTS := (.*?)\n(?!\t)", makefile, re.MULTILINE | re.DOTALL)
+            assert compat, "Makefile has no COMPAT_TESTS"
+            assert "\nCOMPAT_MARKS := not faults\n" in makefile
+            paths = compat.group(1).replace("\\\n\t", "").split()
+            assert f"FRACGPU_K8S_VERSION={release.version} python -m pytest -q -m \"not faults\" {' '.join(paths)}`" \
+                in row, paths
 
 
 def test_shipped_manifests_run_the_image_of_this_version():
