@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.cluster.binaries import BinariesMissingError, binaries_dir, find_binary
+from testbed.cluster.binaries import REPO_ROOT, BinariesMissingError, binaries_dir, find_binary
 
 # The pod network: node i's pods get 10.244.i.0/24 on bridge fgbr<i>; the apiserver and every kubelet listen on
 # API_ADDRESS, an address of this machine on a bridge with no ports (a dummy interface where `dummy` is absent),
@@ -37,12 +37,23 @@ TOUCHED_SYSCTLS = (
 )
 # Paths the kubelet, containerd and the CNI plugins use whatever they are configured with; each node bind-mounts a
 # directory of its own over them inside its mount namespace, so they must exist here as mount points.
+# /var/run/cdi is where DRA drivers write the CDI specs containerd applies, /var/run/nri where containerd's NRI socket
+# is: each node has its own.
 FIXED_PATHS = ("/var/lib/kubelet", "/run/containerd", "/var/log/pods", "/var/log/containers", "/var/lib/cni",
-               "/run/netns", "/etc/cni/net.d")
-HOST_TOOLS = {"containerd": "containerd", "containerd-shim-runc-v2": "containerd", "ctr": "containerd",
-              "runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "busybox": "busybox-static"}
+               "/run/netns", "/etc/cni/net.d", "/var/run/cdi", "/var/run/nri")
+# From Debian (apt); containerd itself is built (CONTAINERD_TOOLS).
+HOST_TOOLS = {"runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "busybox": "busybox-static"}
 CNI_DIR = Path("/usr/lib/cni")
-INSTALL_HINT = "run `make real-node-deps` (apt packages and the kubelet build; tools/install-real-node-deps.sh)"
+INSTALL_HINT = ("run `make real-node-deps` (apt packages, the containerd and kubelet builds; "
+                "tools/install-real-node-deps.sh)")
+
+# containerd 2.x, its runc shim and ctr, built from the Go module proxy by tools/build-containerd.sh: the version is
+# the one tools/containerd/go.mod requires, the directory ${FRACGPU_CONTAINERD_CACHE:-~/.cache/fracgpu/containerd-<v>}.
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD_GO_MOD = REPO_ROOT / "tools" / "containerd" / "go.mod"
+CONTAINERD_BUILD_SCRIPT = REPO_ROOT / "tools" / "build-containerd.sh"
+CONTAINERD_CACHE_ENV = "FRACGPU_CONTAINERD_CACHE"
+CONTAINERD_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr")
 
 
 # One real-node cluster per machine: they share the pod network's address, the fixed paths and the cgroup parent,
@@ -63,6 +74,50 @@ class NodeBinaries:
     kube_proxy: Path
     containerd: Path
     ctr: Path
+    shim: Path  # containerd-shim-runc-v2, beside containerd: first on the node's PATH
+
+    @property
+    def containerd_dir(self) -> Path:
+        return self.containerd.parent
+
+
+def containerd_version() -> str:
+    """The containerd version the test bed runs: the one tools/containerd/go.mod requires ("v2.2.9")."""
+    for line in CONTAINERD_GO_MOD.read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == CONTAINERD_MODULE:
+            return words[1]
+    raise RealNodesUnavailable(f"{CONTAINERD_GO_MOD} requires no {CONTAINERD_MODULE}")
+
+
+def containerd_dir() -> Path:
+    """Where tools/build-containerd.sh builds containerd (``$FRACGPU_CONTAINERD_CACHE`` overrides it)."""
+    override = os.environ.get(CONTAINERD_CACHE_ENV)
+    if override:
+        return Path(override)
+    return Path.home() / ".cache" / "fracgpu" / f"containerd-{containerd_version()}"
+
+
+def find_containerd() -> tuple[Path, Path, Path]:
+    """containerd, ctr and containerd-shim-runc-v2 from tools/build-containerd.sh's cache, of the version
+    tools/containerd/go.mod names; or BinariesMissingError naming `make real-node-deps`. Announced on stderr."""
+    version, directory = containerd_version(), containerd_dir()
+    paths = {name: directory / name for name in CONTAINERD_TOOLS}
+    if missing := [str(path) for path in paths.values() if not (path.is_file() and os.access(path, os.X_OK))]:
+        raise BinariesMissingError(
+            f"containerd {version} not built ({', '.join(missing)} missing): the real nodes run containerd 2.x built "
+            f"from its Go module; build it with `make real-node-deps` (runs {CONTAINERD_BUILD_SCRIPT}; a few minutes "
+            f"cold on 2 cores, instant when cached). Set {CONTAINERD_CACHE_ENV} to use another directory.")
+    out = subprocess.run([str(paths["containerd"]), "--version"], capture_output=True, text=True, timeout=30).stdout
+    words = out.split()  # "containerd github.com/containerd/containerd/v2 v2.2.9 <revision>"
+    found = words[2] if len(words) > 2 else "unknown"
+    if found != version:
+        raise BinariesMissingError(
+            f"{paths['containerd']} is containerd {found}, expected {version} (tools/containerd/go.mod): the cache "
+            f"holds another version; run `make real-node-deps` ({CONTAINERD_BUILD_SCRIPT.name} --force rebuilds) or "
+            f"point {CONTAINERD_CACHE_ENV} at the {version} cache.")
+    print(f"[testbed] containerd {found} ({paths['containerd']})", file=sys.stderr, flush=True)
+    return paths["containerd"], paths["ctr"], paths["containerd-shim-runc-v2"]
 
 
 def check_machine() -> NodeBinaries:
@@ -75,6 +130,11 @@ def check_machine() -> NodeBinaries:
     missing += [f"{CNI_DIR}/{plugin} (apt package containernetworking-plugins)"
                 for plugin in ("bridge", "host-local", "loopback") if not (CNI_DIR / plugin).exists()]
     try:
+        containerd, ctr, shim = find_containerd()
+    except BinariesMissingError as error:
+        missing.append(str(error))
+        containerd = ctr = shim = Path()
+    try:
         kubelet = find_binary("kubelet", binaries_dir())
         kube_proxy = find_binary("kube-proxy", binaries_dir())
     except BinariesMissingError as error:
@@ -82,7 +142,7 @@ def check_machine() -> NodeBinaries:
         kubelet = kube_proxy = Path()
     if missing:
         raise RealNodesUnavailable("real nodes cannot start, missing: " + "; ".join(missing) + f". {INSTALL_HINT}")
-    return NodeBinaries(kubelet, kube_proxy, Path(shutil.which("containerd") or ""), Path(shutil.which("ctr") or ""))
+    return NodeBinaries(kubelet, kube_proxy, containerd, ctr, shim)
 
 
 def _sysctl_path(name: str) -> Path:

@@ -42,6 +42,10 @@ NVIDIA_RUNTIME_HANDLER = "nvidia"  # the GPU operator's runtime; here a second n
 # and nothing leaves the machine, whatever the image's registry.
 NO_REGISTRY_PROXY = "http://127.0.0.1:9"
 CONTAINERD_ENV = {"HTTPS_PROXY": NO_REGISTRY_PROXY, "HTTP_PROXY": NO_REGISTRY_PROXY, "NO_PROXY": ""}
+# Where DRA drivers write CDI specs (/var/run/cdi; bind-mounted per node, FIXED_PATHS) and containerd's NRI socket
+# (its default, in /var/run/nri, also per node).
+CDI_RUN_DIR = "/var/run/cdi"
+NRI_SOCKET = "/var/run/nri/nri.sock"
 
 
 class RealNodeError(RuntimeError):
@@ -99,10 +103,21 @@ class RealNode:
                         if own.exists() and not own.read_text().strip():
                             own.write_text(parent.read_text())
 
+    @property
+    def cdi_dir(self) -> Path:
+        """A CDI spec directory of this node's that the test bed writes to from outside the node's mount namespace."""
+        return self.dir / "cdi"
+
     def _containerd_config(self) -> str:
-        runc = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": False}}
+        """containerd 2.x's configuration, version 3: the CRI plugin of 1.x is split into io.containerd.cri.v1.images
+        (snapshotter, pinned images), io.containerd.cri.v1.runtime (runtimes, CNI, CDI, OOM score) and
+        io.containerd.grpc.v1.cri (the CRI server's streaming, left at its defaults); containerd v2.2's
+        docs/cri/config.md and the plugins' configMigration from version 2."""
+        # runtime_path: the shim built with this containerd, whatever else is on PATH (Debian's 1.6 shim may be).
+        runc = {"runtime_type": "io.containerd.runc.v2", "runtime_path": str(self.binaries.shim),
+                "options": {"SystemdCgroup": False}}
         config = {
-            "version": 2,
+            "version": 3,
             "root": str(self.dir / "containerd"),
             "state": "/run/containerd",
             "grpc": {"address": "/run/containerd/containerd.sock"},
@@ -110,18 +125,41 @@ class RealNode:
                                  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
                                  "io.containerd.internal.v1.tracing"],
             "plugins": {
-                "io.containerd.grpc.v1.cri": {
-                    "sandbox_image": PAUSE_IMAGE,
+                "io.containerd.cri.v1.images": {
+                    "snapshotter": "overlayfs",
+                    # 1.x's sandbox_image: imported with the node's images, never pulled, never garbage-collected.
+                    "pinned_images": {"sandbox": PAUSE_IMAGE},
+                },
+                "io.containerd.cri.v1.runtime": {
                     # Without CAP_SYS_RESOURCE a container may not lower its OOM score below containerd's.
                     "restrict_oom_score_adj": True,
                     "disable_apparmor": True,
-                    "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc",
+                    # CDI device edits (DRA drivers): specs in this node's own directories only, never the host's
+                    # /etc/cdi, so no node sees another's devices.
+                    "enable_cdi": True,
+                    "cdi_spec_dirs": [str(self.cdi_dir), CDI_RUN_DIR],
+                    "containerd": {"default_runtime_name": "runc",
                                    "runtimes": {"runc": runc, NVIDIA_RUNTIME_HANDLER: runc}},
-                    "cni": {"bin_dir": str(CNI_DIR), "conf_dir": "/etc/cni/net.d", "max_conf_num": 1},
+                    "cni": {"bin_dirs": [str(CNI_DIR)], "conf_dir": "/etc/cni/net.d", "max_conf_num": 1},
+                },
+                # NRI is on, as in any containerd 2.x (what the node's containerRuntimeVersion tells the binder,
+                # common/nri.py), with the socket in the node's own /var/run/nri and plugins only from the node's
+                # directory; none is installed, so containers start unchanged.
+                "io.containerd.nri.v1.nri": {
+                    "disable": False,
+                    "socket_path": NRI_SOCKET,
+                    "plugin_path": str(self.dir / "nri" / "plugins"),
+                    "plugin_config_path": str(self.dir / "nri" / "conf.d"),
                 },
             },
         }
         return _toml(config)
+
+    def _containerd_env(self) -> dict[str, str]:
+        """containerd's environment: no registry (CONTAINERD_ENV), and its own directory first on PATH, where
+        containerd 2 looks up containerd-shim-runc-v2 for anything not started through the CRI's runtime_path."""
+        path = os.environ.get("PATH") or os.defpath
+        return {**CONTAINERD_ENV, "PATH": f"{self.binaries.containerd_dir}{os.pathsep}{path}"}
 
     def _cni_config(self) -> dict[str, Any]:
         return {
@@ -160,13 +198,14 @@ class RealNode:
         config.write_text(yaml.safe_dump(self._kubelet_config()))
         containerd_config = self.dir / "containerd.toml"
         containerd_config.write_text(self._containerd_config())
+        self.cdi_dir.mkdir(exist_ok=True)
         cni = self.dir / "fs" / "etc_cni_net.d"
         cni.mkdir(parents=True, exist_ok=True)
         (cni / "10-fracgpu.conflist").write_text(json.dumps(self._cni_config(), indent=1))
         return {
             "name": self.name, "dir": str(self.dir), "fixed_paths": list(FIXED_PATHS),
             "containerd": str(self.binaries.containerd), "ctr": str(self.binaries.ctr),
-            "containerd_config": str(containerd_config), "containerd_env": CONTAINERD_ENV,
+            "containerd_config": str(containerd_config), "containerd_env": self._containerd_env(),
             "images": [str(image.tarball) for image in self.images],
             "image_names": [image.name for image in self.images],
             "kubelet_argv": [
