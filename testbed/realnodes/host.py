@@ -107,7 +107,7 @@ def find_containerd() -> tuple[Path, Path, Path]:
         raise BinariesMissingError(
             f"containerd {version} not built ({', '.join(missing)} missing): the real nodes run containerd 2.x built "
             f"from its Go module; build it with `make real-node-deps` (runs {CONTAINERD_BUILD_SCRIPT}; a few minutes "
-            f"cold on 2 cores, instant when cached). Set {CONTAINERD_CACHE_ENV} to use another directory.")
+            f"cold on 2 cores, instant when cached); set {CONTAINERD_CACHE_ENV} to use another directory")
     out = subprocess.run([str(paths["containerd"]), "--version"], capture_output=True, text=True, timeout=30).stdout
     words = out.split()  # "containerd github.com/containerd/containerd/v2 v2.2.9 <revision>"
     found = words[2] if len(words) > 2 else "unknown"
@@ -115,7 +115,7 @@ def find_containerd() -> tuple[Path, Path, Path]:
         raise BinariesMissingError(
             f"{paths['containerd']} is containerd {found}, expected {version} (tools/containerd/go.mod): the cache "
             f"holds another version; run `make real-node-deps` ({CONTAINERD_BUILD_SCRIPT.name} --force rebuilds) or "
-            f"point {CONTAINERD_CACHE_ENV} at the {version} cache.")
+            f"point {CONTAINERD_CACHE_ENV} at the {version} cache")
     print(f"[testbed] containerd {found} ({paths['containerd']})", file=sys.stderr, flush=True)
     return paths["containerd"], paths["ctr"], paths["containerd-shim-runc-v2"]
 
