@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-CONTAINERD, CTR = Path("/usr/bin/containerd"), Path("/usr/bin/ctr")
+from testbed.cluster.binaries import BinariesMissingError
+from testbed.realnodes.host import find_containerd
 
 
 class ContainerdError(RuntimeError):
@@ -30,9 +31,12 @@ def mounts_under(directory: Path) -> list[str]:
 
 
 def _config(directory: Path, socket: Path) -> str:
-    disabled = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.tracing"] + [
-        f"io.containerd.snapshotter.v1.{name}" for name in ("btrfs", "zfs", "devmapper", "aufs")]
-    return f"""version = 2
+    # containerd 2 splits the CRI into three plugins; NRI has nothing to serve without one.
+    disabled = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images",
+                "io.containerd.podsandbox.controller.v1.podsandbox", "io.containerd.nri.v1.nri",
+                "io.containerd.internal.v1.tracing"] + [
+        f"io.containerd.snapshotter.v1.{name}" for name in ("btrfs", "zfs", "devmapper", "aufs", "erofs", "blockfile")]
+    return f"""version = 3
 root = "{directory / 'root'}"
 state = "{directory / 'state'}"
 disabled_plugins = {json.dumps(disabled)}
@@ -50,17 +54,18 @@ disabled_plugins = {json.dumps(disabled)}
 @contextlib.contextmanager
 def throwaway_containerd(directory: Path) -> Iterator[list[str]]:
     """Start a containerd under directory; yield `ctr --address ... -n k8s.io`; stop it and unmount its leftovers."""
-    if not CONTAINERD.is_file() or not CTR.is_file():
-        raise ContainerdError(f"containerd is not installed ({CONTAINERD}, {CTR} missing): make real-node-deps "
-                              "(apt-get install containerd runc)")
+    try:
+        containerd, ctr_binary, _ = find_containerd()  # the real nodes' own build (tools/build-containerd.sh)
+    except BinariesMissingError as error:
+        raise ContainerdError(str(error)) from None
     socket = directory / "c.sock"
     config = directory / "config.toml"
     config.write_text(_config(directory, socket))
     (directory / "tmp").mkdir(exist_ok=True)
     log = directory / "containerd.log"
-    ctr = [str(CTR), "--address", str(socket), "-n", "k8s.io"]
+    ctr = [str(ctr_binary), "--address", str(socket), "-n", "k8s.io"]
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(CONTAINERD), "--config", str(config)], stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen([str(containerd), "--config", str(config)], stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, "TMPDIR": str(directory / "tmp")}, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
