@@ -33,6 +33,7 @@ import pytest
 import requests
 
 from common import names
+from testbed.cluster.binaries import K8S_VERSION
 from testbed.cluster.charttools import CHART, helm_template, kustomize_build, run
 from testbed.cluster.kube import http_session, wait_for
 from testbed.cluster.manifests import CLUSTER_SCOPED, MANIFESTS, object_path
@@ -388,6 +389,9 @@ def test_kustomize_install_as_the_readme_says_gives_the_same_result(cluster: Rea
     overlay_dir = tmp_path / "overlay"
     overlay_dir.mkdir()
     overlay = overlay.replace("<path>", os.path.relpath(ROOT, overlay_dir)).replace(PLACEHOLDER, REPOSITORY)
+    # "your cluster's version" for the stock kube-scheduler: the test bed's (v1.35.4 in the compatibility set)
+    assert "newTag: v1.37.2" in overlay
+    overlay = overlay.replace("newTag: v1.37.2", f"newTag: {K8S_VERSION}")
     (overlay_dir / "kustomization.yaml").write_text(overlay)
     layer = kustomize_build(overlay_dir)
     assert [doc["kind"] for doc in layer[:2]] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"], \
