@@ -62,6 +62,6 @@ def test_demo_stops_and_names_the_flag_where_real_nodes_cannot_start(tmp_path):
     run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={"PATH": str(tmp_path / "no-tools")})
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "real nodes cannot start, missing: containerd" in run.stderr
+    assert "real nodes cannot start, missing: runc (apt package runc)" in run.stderr
     assert "--played-nodes" in run.stderr
     assert "starting etcd" not in run.stdout  # nothing was started

@@ -77,21 +77,26 @@ def find_extended_claim(call: _Calls, pod: dict[str, Any]) -> dict[str, Any] | N
     return dc.find_extended_claim(call("GET", claims_path(namespace)).get("items") or [], pod)
 
 
-def _set_pod_extended_status(call: _Calls, pod: dict[str, Any], status: dict[str, Any] | None) -> bool:
-    """Set (or with None clear) pod.status.extendedResourceClaimStatus; retried on conflict. False if unchanged."""
+def _set_pod_extended_status(call: _Calls, pod: dict[str, Any], status: dict[str, Any] | None) -> str:
+    """Set (or with None clear) pod.status.extendedResourceClaimStatus; retried on conflict. Says what happened:
+    "set", "cleared", "unchanged", or "kept" when the API server kept the field a clear left out: from Kubernetes
+    1.37 a pods/status update without it keeps the old value (so that clients unaware of it cannot wipe it), and
+    nothing can clear it; the claim it names is gone, and the next bind's status replaces it."""
     meta = pod["metadata"]
 
-    def attempt() -> bool:
+    def attempt() -> str:
         current = call("GET", pod_path(meta["namespace"], meta["name"]))
         pod_status = current.setdefault("status", {})
         if pod_status.get("extendedResourceClaimStatus") == status:
-            return False
+            return "unchanged"
         if status is None:
             pod_status.pop("extendedResourceClaimStatus", None)
         else:
             pod_status["extendedResourceClaimStatus"] = status
-        call("PUT", pod_path(meta["namespace"], meta["name"], "status"), current)
-        return True
+        updated = call("PUT", pod_path(meta["namespace"], meta["name"], "status"), current)
+        if status is None:
+            return "kept" if (updated.get("status") or {}).get("extendedResourceClaimStatus") else "cleared"
+        return "set"
 
     return retry_on_conflict(attempt)
 
@@ -192,8 +197,12 @@ class DynamicResources:
         if claim is not None:
             self._delete_claim(ctx, call, claim)
         try:
-            if _set_pod_extended_status(call, ctx.pod, None):
+            outcome = _set_pod_extended_status(call, ctx.pod, None)
+            if outcome == "cleared":
                 log.info("pod extendedResourceClaimStatus cleared")
+            elif outcome == "kept":
+                log.info("pod extendedResourceClaimStatus kept by the API server (it cannot be cleared from "
+                         "Kubernetes 1.37); the next bind replaces it")
         except ApiError as error:
             if not error.not_found:
                 raise
