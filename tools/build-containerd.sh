@@ -16,6 +16,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$ROOT/lib/gobuild.sh"
 MODULE_DIR="$ROOT/containerd"
 MODULE="github.com/containerd/containerd/v2"
 VERSION="$(awk -v m="$MODULE" '$1 == m {print $2; exit}' "$MODULE_DIR/go.mod")"
@@ -81,30 +82,13 @@ ldflags="-s -w -X ${MODULE}/version.Version=${VERSION} -X ${MODULE}/version.Pack
 
 mkdir -p "$CACHE"
 rm -f "$stamp"  # written again only once every binary is in place
-partial="$CACHE/.partial"
-mkdir -p "$partial"
 total_start=$SECONDS
 log "building ${#missing[@]} binaries into $CACHE with $(go version | cut -d' ' -f3), -p $PARALLEL"
 for t in "${missing[@]}"; do
     IFS='|' read -r name pkg extra_tags <<<"$t"
-    start=$SECONDS
-    log "building $name ($pkg) ..."
-    # A heartbeat, so a first build that takes minutes never looks hung.
-    ( while sleep 30; do log "... still building $name ($((SECONDS - start)) s so far)"; done ) &
-    heartbeat=$!
-    (
-        cd "$MODULE_DIR"
-        CGO_ENABLED=0 go build -p "$PARALLEL" -trimpath -tags "${TAGS}${extra_tags}" -ldflags "$ldflags" \
-            -o "$partial/$name" "$pkg"
-    ) || { kill "$heartbeat" 2>/dev/null; exit 1; }
-    kill "$heartbeat" 2>/dev/null || true
-    wait "$heartbeat" 2>/dev/null || true
-    # Move into place only when complete, so an interrupted build never leaves a
-    # binary that the idempotency check would accept.
-    mv -f "$partial/$name" "$CACHE/$name"
-    log "built $name in $((SECONDS - start)) s"
+    go_build_binary "$name" "$MODULE_DIR" "$pkg" "$CACHE" -tags "${TAGS}${extra_tags}" -ldflags "$ldflags" || exit 1
 done
-rmdir "$partial" 2>/dev/null || true
+rmdir "$CACHE/.partial" 2>/dev/null || true
 "$CACHE/containerd" --version
 echo "$expected_stamp" >"$stamp"
 log "done in $((SECONDS - total_start)) s"

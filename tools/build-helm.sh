@@ -17,6 +17,7 @@ K8S_MAJOR="1"
 K8S_MINOR="35"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$ROOT/lib/gobuild.sh"
 CACHE="${FRACGPU_HELM_CACHE:-$HOME/.cache/fracgpu/helm-${HELM_VERSION}}"
 PARALLEL="${FRACGPU_BUILD_P:-2}"
 FORCE=0
@@ -49,25 +50,11 @@ fi
 
 command -v go >/dev/null || { echo "build-helm: the go command is required (Go >= 1.26)" >&2; exit 1; }
 
-mkdir -p "$CACHE/.partial"
 total_start=$SECONDS
 log "building ${#missing[@]} binaries into $CACHE with $(go version | cut -d' ' -f3), -p $PARALLEL"
 for t in "${missing[@]}"; do
     IFS='|' read -r name pkg extra <<<"$t"
-    start=$SECONDS
-    log "building $name ($pkg) ..."
-    # A heartbeat, so a first build that takes minutes never looks hung.
-    ( while sleep 30; do log "... still building $name ($((SECONDS - start)) s so far)"; done ) &
-    heartbeat=$!
-    (
-        cd "$ROOT/helm"
-        CGO_ENABLED=0 go build -p "$PARALLEL" -trimpath -ldflags "-s -w $extra" -o "$CACHE/.partial/$name" "$pkg"
-    ) || { kill "$heartbeat" 2>/dev/null; exit 1; }
-    kill "$heartbeat" 2>/dev/null || true
-    wait "$heartbeat" 2>/dev/null || true
-    # Only a complete binary is moved where the idempotency check looks.
-    mv -f "$CACHE/.partial/$name" "$CACHE/$name"
-    log "built $name in $((SECONDS - start)) s"
+    go_build_binary "$name" "$ROOT/helm" "$pkg" "$CACHE" -ldflags "-s -w $extra" || exit 1
 done
 rmdir "$CACHE/.partial" 2>/dev/null || true
 "$CACHE/helm" version --short

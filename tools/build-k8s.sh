@@ -18,6 +18,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$ROOT/lib/k8s-version.sh"
+source "$ROOT/lib/gobuild.sh"
 k8s_version_select || exit 2
 
 CACHE="${FRACGPU_K8S_CACHE:-$HOME/.cache/fracgpu/k8s-${K8S_VERSION}}"
@@ -87,33 +88,17 @@ done
 
 mkdir -p "$CACHE"
 rm -f "$stamp"  # written again only once every binary is in place
-partial="$CACHE/.partial"
-mkdir -p "$partial"
 total_start=$SECONDS
 log "building ${#missing[@]} binaries into $CACHE with $(go version | cut -d' ' -f3), -p $PARALLEL"
 for t in "${missing[@]}"; do
     IFS='|' read -r name moddir pkg <<<"$t"
-    start=$SECONDS
-    log "building $name ($pkg, tools/$moddir) ..."
     ldflags="-s -w"
     if [[ "$moddir" == k8s/* ]]; then
         ldflags+="$version_ldflags"
     fi
-    # A heartbeat, so a first build that takes minutes never looks hung.
-    ( while sleep 30; do log "... still building $name ($((SECONDS - start)) s so far)"; done ) &
-    heartbeat=$!
-    (
-        cd "$ROOT/$moddir"
-        CGO_ENABLED=0 go build -p "$PARALLEL" -trimpath -ldflags "$ldflags" -o "$partial/$name" "$pkg"
-    ) || { kill "$heartbeat" 2>/dev/null; exit 1; }
-    kill "$heartbeat" 2>/dev/null || true
-    wait "$heartbeat" 2>/dev/null || true
-    # Move into place only when complete, so an interrupted build never leaves a
-    # binary that the idempotency check would accept.
-    mv -f "$partial/$name" "$CACHE/$name"
-    log "built $name in $((SECONDS - start)) s"
+    go_build_binary "$name" "$ROOT/$moddir" "$pkg" "$CACHE" -ldflags "$ldflags" || exit 1
 done
-rmdir "$partial" 2>/dev/null || true
+rmdir "$CACHE/.partial" 2>/dev/null || true
 "$CACHE/kube-apiserver" --version
 "$CACHE/etcd" --version | head -1
 echo "$expected_stamp" >"$stamp"
