@@ -32,6 +32,7 @@ COPY common ./common
 COPY admission ./admission
 COPY binder ./binder
 COPY certs ./certs
+COPY dradriver ./dradriver
 COPY extender ./extender
 RUN /opt/build/bin/python -m pip wheel --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation \
         -w /wheels .

@@ -268,7 +268,9 @@ def mutate(
             if pod.get("metadata") is None:
                 pod["metadata"] = {}
             pod["metadata"]["namespace"] = request_namespace
-        denial = _run_chain("mutate", plugins, pod)
+        mutation_request = AdmissionRequest(operation=request.get("operation") or "", username=_username(request),
+                                            dry_run=request.get("dryRun") is True)
+        denial = _run_chain("mutate", plugins, pod, mutation_request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])
         if pod == baseline:
@@ -302,7 +304,8 @@ def validate(
         fill_nulls(pod)
         if old_pod is not None:
             fill_nulls(old_pod)
-        admission_request = AdmissionRequest(operation=operation, old_pod=old_pod, username=_username(request))
+        admission_request = AdmissionRequest(operation=operation, old_pod=old_pod, username=_username(request),
+                                             dry_run=request.get("dryRun") is True)
         denial = _run_chain("validate", plugins, pod, admission_request)
         if denial:
             return _denied(uid, api_version, denial[1], denial[0])

@@ -11,18 +11,27 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from flask import Flask
 
 from admission import metrics, review
+from admission.dra.chain import DraPlugins
 from admission.plugins import build_plugins
-from admission.settings import Settings
+from admission.plugins.deviceaccess import DeviceAccess
+from admission.plugins.drasharing import DraSharing
+from admission.settings import SHARING_MODE_DRA, Settings
+from common import names
+from common.flags import kube_client
 from common.logs import log_context
 
-MUTATE_PATH = "/mutate--v1-pod"
-VALIDATE_PATH = "/validate--v1-pod"
+MUTATE_PATH = names.WEBHOOK_MUTATE_PATH
+VALIDATE_PATH = names.WEBHOOK_VALIDATE_PATH
+# DRA mode for the namespaces a registration sends here (by a namespace label); with --sharing-mode=dra the two
+# paths above serve DRA mode too.
+DRA_MUTATE_PATH = names.WEBHOOK_DRA_MUTATE_PATH
+DRA_VALIDATE_PATH = names.WEBHOOK_DRA_VALIDATE_PATH
 
 log = logging.getLogger("admission.server")
 _CHUNK = 1 << 16
@@ -68,21 +77,31 @@ class WebhookApp:
             toolkit_memory_limits=settings.toolkit_memory_limits,
         )
         self.plugins = plugins
-        self.handlers = {MUTATE_PATH: review.mutate, VALIDATE_PATH: review.validate}
-        metrics.preinitialize(self.handlers, [plugin.name for plugin in plugins])
+        # Every mode-independent plugin but the runtime class one (a CDI device needs no runtime class).
+        self.dra_plugins = DraPlugins(lambda: kube_client(settings.kubeconfig, user_agent="fracgpu-admission"),
+                                      [p for p in plugins if p.name == DeviceAccess.name])
+        configmap_route = (lambda: self.plugins, settings.scheduler_name)
+        dra_route = (self.dra_plugins.get, settings.dra_scheduler_name)
+        main_route = dra_route if settings.sharing_mode == SHARING_MODE_DRA else configmap_route
+        # path -> (the review, the plugins it runs, the scheduler whose pods it decides)
+        self.routes: dict[str, tuple[Callable[..., review.Reply], Callable[[], Sequence[Any]], str]] = {
+            MUTATE_PATH: (review.mutate, *main_route), VALIDATE_PATH: (review.validate, *main_route),
+            DRA_MUTATE_PATH: (review.mutate, *dra_route), DRA_VALIDATE_PATH: (review.validate, *dra_route),
+        }
+        metrics.preinitialize(self.routes, [plugin.name for plugin in plugins] + [DraSharing.name])
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        handler = self.handlers.get(path)
-        if handler is None or environ.get("REQUEST_METHOD") != "POST":
+        route = self.routes.get(path)
+        if route is None or environ.get("REQUEST_METHOD") != "POST":
             return self.fallback(environ, start_response)
+        handler, plugins, scheduler_name = route
         started = time.perf_counter()
         # Every line about this request (plugins' included) carries its id; the review's uid cannot do that
         # for a request whose body could not be read, and is not unique across retries of one object.
         with log_context(request_id=os.urandom(8).hex(), webhook=path):
             with metrics.in_flight(path):
-                reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), self.settings.scheduler_name,
-                                self.plugins)
+                reply = handler(_read_body(environ), environ.get("CONTENT_TYPE"), scheduler_name, plugins())
             payload = json.dumps(reply.review).encode()
             elapsed = time.perf_counter() - started
             metrics.observe(path, reply.outcome, reply.plugin, elapsed)
@@ -99,6 +118,8 @@ def create_app(settings: Settings) -> WebhookApp:
 
     @fallback.route(MUTATE_PATH, methods=["GET", "PUT", "PATCH", "DELETE"])
     @fallback.route(VALIDATE_PATH, methods=["GET", "PUT", "PATCH", "DELETE"])
+    @fallback.route(DRA_MUTATE_PATH, methods=["GET", "PUT", "PATCH", "DELETE"])
+    @fallback.route(DRA_VALIDATE_PATH, methods=["GET", "PUT", "PATCH", "DELETE"])
     def method_not_allowed() -> tuple[str, int, dict[str, str]]:
         return "admission reviews are POSTed\n", 405, {"Allow": "POST"}
 

@@ -15,6 +15,7 @@ from common.flags import (
     add_kai_contract_flags,
     add_logging_flags,
     at_least,
+    kubeconfig_path,
     parse,
     parse_bind_address,
     resolve_log_level,
@@ -34,6 +35,13 @@ MODE_FLAGS = {
     names.SHARING_DISABLED: (False, False, False),
 }
 _MODE_BOOLEAN_FLAGS = ("--gpu-sharing-enabled", "--hami-core-enabled", "--nv-fractions-enabled")
+
+# How fractional pods are served (--sharing-mode): through the GPU-sharing ConfigMaps the binder fills (the KAI
+# contract and the extender), or through DRA claims the stock kube-scheduler allocates (admission/dra/). The DRA
+# routes are served in both modes, for the namespaces a registration sends there by label.
+SHARING_MODE_CONFIGMAP = "configmap"
+SHARING_MODE_DRA = "dra"
+SHARING_MODES = (SHARING_MODE_CONFIGMAP, SHARING_MODE_DRA)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,9 @@ class Settings:
     metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
     workers: int = 2
     connection_limits: ConnectionLimits = ConnectionLimits()
+    sharing_mode: str = SHARING_MODE_CONFIGMAP
+    dra_scheduler_name: str = names.DEFAULT_DRA_SCHEDULER_NAME
+    kubeconfig: str | None = None  # DRA mode's API client (default: in-cluster, then $KUBECONFIG)
     log_format: str = "json"
     log_level: str = "info"
 
@@ -133,10 +144,19 @@ def _parser() -> Parser:
                         help="seconds a connection may wait for its next request (keep it above the clients' 90 s)")
     parser.add_argument("--max-connections", type=at_least(1, int), default=defaults.max_connections,
                         help="open connections per worker; at the bound the one waiting longest is closed")
+    parser.add_argument("--sharing-mode", choices=SHARING_MODES, default=SHARING_MODE_CONFIGMAP,
+                        help="configmap: fractional pods get the GPU-sharing ConfigMaps the binder fills; dra: they "
+                             "get a claim from a ResourceClaimTemplate that the stock kube-scheduler allocates on "
+                             "fracgpu's DRA driver (the /dra/ routes do that in either mode)")
+    parser.add_argument("--dra-scheduler-name", default=names.DEFAULT_DRA_SCHEDULER_NAME,
+                        help="DRA mode: only pods with this spec.schedulerName get claims")
+    parser.add_argument("--kubeconfig", type=kubeconfig_path, default=None,
+                        help="DRA mode's API client (default: in-cluster, then $KUBECONFIG); ConfigMap mode "
+                             "never calls the API")
     add_logging_flags(parser, kai_compat=True)
     # Accepted so the reference's deployments start us unchanged; they mean nothing to a webhook.
     for flag in ("--qps", "--burst", "--rate-limiter-base-delay", "--rate-limiter-max-delay",
-                 "--feature-gates", "--kubeconfig",
+                 "--feature-gates",
                  # Each worker serves its connections from one event loop; earlier versions had threads.
                  "--threads"):
         parser.add_argument(flag, default=None, help=argparse.SUPPRESS)
@@ -225,6 +245,9 @@ def _build(args: argparse.Namespace) -> Settings:
             idle_timeout=args.idle_timeout,
             max_connections=args.max_connections,
         ),
+        sharing_mode=args.sharing_mode,
+        dra_scheduler_name=args.dra_scheduler_name,
+        kubeconfig=args.kubeconfig,
         log_format=args.log_format,
         log_level=resolve_log_level(args),
     )

@@ -19,7 +19,7 @@ from typing import Any
 from binder import status as st
 from binder.caches import INDEX_GPU_GROUP, Caches
 from binder.controller import BindRequestController
-from binder.events import EventRecorder
+from binder.drametrics import DraReader
 from binder.groupsync import GpuGroupSync
 from binder.leader import LeaderElector
 from binder.metrics import BinderMetrics, allocation_objects
@@ -29,6 +29,7 @@ from binder.settings import Settings
 from common import names
 from common.kube.cache import object_key
 from common.kube.client import KubeClient
+from common.kube.events import EventRecorder
 from common.kube.kubeconfig import own_namespace
 from common.kube.workqueue import ExponentialBackoff, WorkQueue
 from common.probes import HttpEndpoint, health_routes, metrics_routes
@@ -82,7 +83,7 @@ class BinderApp:
         # before the controller's wake-up handler for the same event, or a bind parking just then misses both.
         self.reservation = reservation or build_reservation(client, settings, self.caches, self.metrics,
                                                             self._orphan_deleted)
-        self.record_event = EventRecorder(client.background(), self.identity,
+        self.record_event = EventRecorder(client.background(), "binder", self.identity,
                                           on_drop=self.metrics.events_dropped.inc)
         # As many report writers as bind workers: each report is two writes in a row (condition, status), and with
         # fewer writers a burst of binds left its statuses seconds behind the last bind.
@@ -107,6 +108,8 @@ class BinderApp:
                                                 workers=settings.max_concurrent_reconciles)
         self.metrics.allocation.reservation_namespace = settings.reservation.namespace
         self.metrics.allocation.source = self._allocation_objects
+        dra_reader = DraReader(client)
+        self.metrics.dra_allocation.source = lambda: dra_reader() if self._reports_allocation() else None
         if settings.leader_elect:
             self.metrics.leader_election.labels(settings.leader_election_id).set(0)
         self.elector: LeaderElector | None = None
@@ -167,9 +170,13 @@ class BinderApp:
         self.lost_lease = True
         self.stop_event_loop()
 
+    def _reports_allocation(self) -> bool:
+        """Only the leader, once its caches are synced, reports the allocation gauges (a standby does not)."""
+        return self.controller.work.started and self.caches.synced
+
     def _allocation_objects(self) -> tuple[list[dict], list[dict], list[dict]] | None:
         """What the GPU allocation gauges are computed from; None on a standby (the leader reports them)."""
-        if not self.controller.work.started or not self.caches.synced:  # a standby does not report
+        if not self._reports_allocation():
             return None
         return allocation_objects(self.caches.pods, self.caches.bindrequests, self.caches.nodes,
                                   self.settings.reservation.namespace, INDEX_GPU_GROUP)

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from binder.drametrics import DraAllocationCollector
 from common import names
 from common.buildinfo import BuildInfoCollector
 from common.gpu_allocation import allocation
@@ -76,6 +77,8 @@ class BinderMetrics:
         r.register(BuildInfoCollector("binder"))
         self.allocation = AllocationCollector()
         r.register(self.allocation)
+        self.dra_allocation = DraAllocationCollector()
+        r.register(self.dra_allocation)
 
     def observe_api(self, verb: str, code: int) -> None:
         self.api_requests.labels(verb=verb, code=str(code)).inc()

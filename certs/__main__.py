@@ -78,6 +78,12 @@ def _registration_flags(parser: argparse.ArgumentParser) -> None:
                              "namespace are always left out)")
     parser.add_argument("--webhook-url", default=None,
                         help="https:// base URL of a webhook outside the cluster network (instead of the Service)")
+    parser.add_argument("--dra-namespace-selector", default="",
+                        help="JSON LabelSelector of the namespaces whose pods of --dra-scheduler-name DRA mode "
+                             "serves ({} for all; kube-system and our own namespace are always left out). Empty: "
+                             "no DRA webhook")
+    parser.add_argument("--dra-scheduler-name", default=webhooks.names.DEFAULT_DRA_SCHEDULER_NAME,
+                        help="DRA mode: only pods of this scheduler reach its webhooks")
     parser.add_argument("--backend-timeout", type=at_least(0), default=300.0,
                         help="seconds to wait for a webhook backend before registering (then exit 1; a Job retries)")
 
@@ -138,10 +144,13 @@ def _build(args: argparse.Namespace) -> argparse.Namespace:
             args.registration = webhooks.Registration(
                 namespace=args.namespace, service=args.service, scheduler_name=args.scheduler_name,
                 failure_policy=args.failure_policy,
-                namespace_selector=webhooks.parse_namespace_selector(args.namespace_selector), url=args.webhook_url)
+                namespace_selector=webhooks.parse_namespace_selector(args.namespace_selector), url=args.webhook_url,
+                dra_namespace_selector=webhooks.parse_dra_namespace_selector(args.dra_namespace_selector),
+                dra_scheduler_name=args.dra_scheduler_name)
         except ValueError as error:
             raise UsageError("webhook registration flags", str(error),
-                             "fix --namespace-selector, --failure-policy or --webhook-url") from None
+                             "fix --namespace-selector, --failure-policy, --webhook-url, --dra-namespace-selector "
+                             "or --dra-scheduler-name") from None
     if args.command == "ensure":
         try:
             args.lifetimes = Lifetimes(serving_days=args.days, ca_days=args.ca_days,

@@ -30,8 +30,8 @@ from common import names
 
 log = logging.getLogger("certs")
 
-MUTATE_PATH = "/mutate--v1-pod"
-VALIDATE_PATH = "/validate--v1-pod"
+MUTATE_PATH = names.WEBHOOK_MUTATE_PATH
+VALIDATE_PATH = names.WEBHOOK_VALIDATE_PATH
 FAILURE_POLICIES = ("Fail", "Ignore")
 SYSTEM_NAMESPACES = ("kube-system",)
 
@@ -50,15 +50,24 @@ class Registration:
     # instead of through the Service.
     url: str | None = None
     timeout_seconds: int = 10
+    # DRA mode (docs/dra.md) for the namespaces this selects, {} for all: a second webhook in each configuration
+    # sends pods of `dra_scheduler_name` there to the server's /dra/ paths. None: no DRA webhook.
+    dra_namespace_selector: dict[str, Any] | None = None
+    dra_scheduler_name: str = names.DEFAULT_DRA_SCHEDULER_NAME
 
     def __post_init__(self) -> None:
         if self.failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}, "
                              f"not {self.failure_policy!r}")
-        unknown = set(self.namespace_selector) - {"matchLabels", "matchExpressions"}
-        if unknown:
-            raise ValueError(f"namespace selector: unknown fields {sorted(unknown)} "
-                             "(only matchLabels and matchExpressions)")
+        for what, selector in (("namespace selector", self.namespace_selector),
+                               ("DRA namespace selector", self.dra_namespace_selector or {})):
+            unknown = set(selector) - {"matchLabels", "matchExpressions"}
+            if unknown:
+                raise ValueError(f"{what}: unknown fields {sorted(unknown)} (only matchLabels and matchExpressions)")
+        if self.dra_namespace_selector is not None and self.dra_scheduler_name == self.scheduler_name:
+            # Both webhooks would mutate the same pod, once into each mode.
+            raise ValueError(f"the DRA scheduler name must differ from the scheduler name ({self.scheduler_name!r}): "
+                             "a pod of one scheduler is served by one mode")
         if self.url is not None and not self.url.startswith("https://"):
             raise ValueError(f"webhook URL must start with https:// (got {self.url!r})")
 
@@ -71,29 +80,42 @@ class Registration:
     def webhook_name(self) -> str:
         return f"admission.{self.namespace}.svc"
 
+    @property
+    def dra_webhook_name(self) -> str:
+        return f"dra.admission.{self.namespace}.svc"
 
-def parse_namespace_selector(text: str | None) -> dict[str, Any]:
+
+def parse_namespace_selector(text: str | None, flag: str = "--namespace-selector") -> dict[str, Any]:
     """The --namespace-selector flag: a JSON LabelSelector ('' or unset: no extra terms)."""
     if not text:
         return {}
     try:
         selector = json.loads(text)
     except ValueError as error:
-        raise ValueError(f"--namespace-selector is not JSON: {error}") from error
+        raise ValueError(f"{flag} is not JSON: {error}") from error
     if not isinstance(selector, dict):
-        raise ValueError("--namespace-selector must be a JSON object (a LabelSelector)")
+        raise ValueError(f"{flag} must be a JSON object (a LabelSelector)")
     return selector
 
 
-def namespace_selector(registration: Registration) -> dict[str, Any]:
+def parse_dra_namespace_selector(text: str | None) -> dict[str, Any] | None:
+    """The --dra-namespace-selector flag: '' or unset, no DRA webhook; a JSON LabelSelector ({} for every
+    namespace), the namespaces DRA mode serves."""
+    if not text or not text.strip():
+        return None
+    return parse_namespace_selector(text, "--dra-namespace-selector")
+
+
+def namespace_selector(registration: Registration, terms: dict[str, Any] | None = None) -> dict[str, Any]:
     """Never kube-system nor our own namespace (a webhook must not be needed to start itself), plus the extra
-    terms the operator asked for."""
+    terms the operator asked for (`terms`, by default the registration's namespace selector)."""
+    terms = registration.namespace_selector if terms is None else terms
     expressions = [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                     "values": [*SYSTEM_NAMESPACES, registration.namespace]}]
-    expressions += registration.namespace_selector.get("matchExpressions") or []
+    expressions += terms.get("matchExpressions") or []
     selector: dict[str, Any] = {"matchExpressions": expressions}
-    if registration.namespace_selector.get("matchLabels"):
-        selector["matchLabels"] = dict(registration.namespace_selector["matchLabels"])
+    if terms.get("matchLabels"):
+        selector["matchLabels"] = dict(terms["matchLabels"])
     return selector
 
 
@@ -105,12 +127,11 @@ def _client_config(registration: Registration, path: str, bundle: bytes) -> dict
                         "port": 443}, "caBundle": ca_bundle}
 
 
-def desired_webhooks(registration: Registration, resource: str, bundle: bytes) -> list[dict[str, Any]]:
-    """The webhooks list of one configuration (the reference's, with our scheduler name and selectors)."""
-    mutating = resource == MUTATING
+def _webhook(registration: Registration, mutating: bool, name: str, path: str, scheduler_name: str,
+             selector: dict[str, Any], bundle: bytes) -> dict[str, Any]:
     webhook: dict[str, Any] = {
-        "name": registration.webhook_name,
-        "clientConfig": _client_config(registration, MUTATE_PATH if mutating else VALIDATE_PATH, bundle),
+        "name": name,
+        "clientConfig": _client_config(registration, path, bundle),
         "admissionReviewVersions": ["v1"],
         "sideEffects": "None",
         "failurePolicy": registration.failure_policy,
@@ -118,14 +139,29 @@ def desired_webhooks(registration: Registration, resource: str, bundle: bytes) -
         "matchPolicy": "Equivalent",
         "rules": [{"operations": ["CREATE"] if mutating else ["CREATE", "UPDATE"], "apiGroups": [""],
                    "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
-        "namespaceSelector": namespace_selector(registration),
+        "namespaceSelector": selector,
         # Pods of other schedulers never reach the webhook, so they can never be refused by it.
         "matchConditions": [{"name": "scheduler-name-match",
-                             "expression": f"object.spec.schedulerName == '{registration.scheduler_name}'"}],
+                             "expression": f"object.spec.schedulerName == '{scheduler_name}'"}],
     }
     if mutating:
         webhook["reinvocationPolicy"] = "IfNeeded"
-    return [webhook]
+    return webhook
+
+
+def desired_webhooks(registration: Registration, resource: str, bundle: bytes) -> list[dict[str, Any]]:
+    """The webhooks list of one configuration: the reference's, with our scheduler name and selectors, and the DRA
+    mode webhook when the registration has a DRA namespace selector."""
+    mutating = resource == MUTATING
+    webhooks = [_webhook(registration, mutating, registration.webhook_name, MUTATE_PATH if mutating else VALIDATE_PATH,
+                         registration.scheduler_name, namespace_selector(registration), bundle)]
+    if registration.dra_namespace_selector is not None:
+        webhooks.append(_webhook(
+            registration, mutating, registration.dra_webhook_name,
+            names.WEBHOOK_DRA_MUTATE_PATH if mutating else names.WEBHOOK_DRA_VALIDATE_PATH,
+            registration.dra_scheduler_name, namespace_selector(registration, registration.dra_namespace_selector),
+            bundle))
+    return webhooks
 
 
 def _agrees(current: Any, desired: Any) -> bool:
@@ -234,7 +270,9 @@ def register(api: CertsApi, configurations: Sequence[tuple[str, str]], registrat
         api.set_webhooks(resource, name, desired)
         outcome.actions.append(f"{'updated' if live else 'registered'} the webhooks of {resource} {name} "
                                f"({registration.backend}, failurePolicy {registration.failure_policy}, "
-                               f"scheduler {registration.scheduler_name})")
+                               f"scheduler {registration.scheduler_name}"
+                               + (f", DRA mode for scheduler {registration.dra_scheduler_name}"
+                                  if registration.dra_namespace_selector is not None else "") + ")")
     return outcome
 
 

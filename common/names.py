@@ -149,3 +149,24 @@ RESERVATION_IMAGE_PLATFORMS_ANNOTATION = "fracgpu.io/reservation-image-platforms
 # Written by the extender on a pending pod it refused once GPUs it fits are freed: an update of an unschedulable
 # pod moves it back to the kube-scheduler's queue (the value is the time it was written).
 EXTENDER_CAPACITY_FREED_ANNOTATION = "fracgpu.io/gpu-capacity-freed-at"
+
+# GPU sharing through DRA (dradriver/, the webhook's DRA mode): our DRA driver's name, which is also its
+# DeviceClass's name and the domain of its device attributes and capacity; the CDI kind of the per-claim specs it
+# writes; NVIDIA's CDI kind, whose `<kind>=<uuid>` device the container toolkit's generated spec defines.
+DRA_DRIVER_NAME = "gpu.fracgpu.io"
+DRA_MEMORY_CAPACITY = "memory"
+DRA_ATTRIBUTE_UUID = "uuid"
+DRA_ATTRIBUTE_PRODUCT_NAME = "productName"
+DRA_ATTRIBUTE_INDEX = "index"
+DRA_CDI_KIND = "fracgpu.io/claim"
+NVIDIA_CDI_KIND = "nvidia.com/gpu"
+RESOURCE_SLICES_PATH = f"/apis/{RESOURCE_API_GROUP}/{RESOURCE_API_VERSION}/resourceslices"
+
+# The webhook server's paths (the reference's), and ours for DRA mode: the API server calls those for the namespaces
+# a registration sends there (certs register --dra-namespace-selector), whatever the server's --sharing-mode.
+WEBHOOK_MUTATE_PATH = "/mutate--v1-pod"
+WEBHOOK_VALIDATE_PATH = "/validate--v1-pod"
+WEBHOOK_DRA_MUTATE_PATH = "/dra/mutate--v1-pod"
+WEBHOOK_DRA_VALIDATE_PATH = "/dra/validate--v1-pod"
+# The pods DRA mode serves by default: the stock kube-scheduler's.
+DEFAULT_DRA_SCHEDULER_NAME = "default-scheduler"

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nodes, warnings = gpus.read_allocation(client, installed.reservation_namespace)
         for warning in warnings:
             print(f"{PROGRAM}: warning: {warning}", file=sys.stderr)
-        sys.stdout.write(gpus.render(nodes, args.output))
+        sys.stdout.write(gpus.render(nodes, args.output, gpus.read_dra(client)))
         return 0
     except ApiError as error:
         if error.transport:

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from cryptography import x509
 
 from common import names
+from common.dra import CAPACITY_DROPPED, TEMPLATES_PATH, capacity_kept, capacity_probe_manifest
 from common.kube.client import ApiError, KubeClient
 from common.nri import nri_missing
 from common.strconv import uint_or_none
@@ -24,7 +25,7 @@ from fracgpuctl.installed import Installed
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 KAI_WEBHOOK_CONFIGURATIONS = ("mutating-kai-admission", "validating-kai-admission")
 KAI_BINDER_DEPLOYMENT = "binder"
-WEBHOOK_PATHS = ("/mutate--v1-pod", "/validate--v1-pod")
+WEBHOOK_PATHS = (names.WEBHOOK_MUTATE_PATH, names.WEBHOOK_VALIDATE_PATH)
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 LISTED = 10  # objects named on a failing line at most
 
@@ -275,7 +276,21 @@ def check_probe_answer(namespace: str, answer: Mapping[str, Any] | None, error: 
 # ---------------------------------------------------------------------------------------------- reading the cluster
 CHECK_NAMES = ("kai-webhooks", "kai-binder", "runtime-class", "gpu-memory-labels", "toolkit-memory-limits",
                "nri-memory-limits", "reservation-image-platforms", "unmutated-fraction-pods", "webhook-ca-bundle",
-               "webhook-reachable")
+               "webhook-reachable", "dra-consumable-capacity")
+
+
+def check_dra_capacity(dra_nodes: list[str], answer: Mapping[str, Any] | None, error: str | None) -> Result:
+    """DRA mode in use (some node publishes GPUs through fracgpu's driver) needs the API server to keep capacity
+    requests; `answer` is its answer to the dry-run probe (common/dra.py), `error` why there is none."""
+    name = "dra-consumable-capacity"
+    if not dra_nodes:
+        return Result(name, SKIP, f"no node publishes GPUs through {names.DRA_DRIVER_NAME}: DRA mode is not in use")
+    if error is not None or answer is None:
+        return Result(name, FAIL, f"could not ask the API server whether it keeps capacity requests: {error}")
+    if not capacity_kept(dict(answer)):
+        return Result(name, FAIL, f"{CAPACITY_DROPPED}; until then DRA mode refuses every fractional pod")
+    return Result(name, PASS, f"capacity requests are kept; {len(dra_nodes)} node(s) publish GPUs through "
+                              f"{names.DRA_DRIVER_NAME}: {_some(dra_nodes)}")
 
 
 class Cluster:
@@ -312,6 +327,19 @@ def _probe(cluster: Cluster, installed: Installed, namespace: str) -> Result:
         return check_probe_answer(namespace, None, error.message)
 
 
+def _dra_capacity(cluster: Cluster, namespace: str) -> Result:
+    slices = cluster.items(names.RESOURCE_SLICES_PATH, {"fieldSelector": f"spec.driver={names.DRA_DRIVER_NAME}"})
+    nodes = sorted({str((item.get("spec") or {}).get("nodeName")) for item in slices})
+    if not nodes:
+        return check_dra_capacity([], None, None)
+    try:
+        answer = cluster.client.request("POST", TEMPLATES_PATH.format(namespace),
+                                        body=capacity_probe_manifest(namespace), params={"dryRun": "All"})
+        return check_dra_capacity(nodes, answer, None)
+    except ApiError as error:
+        return check_dra_capacity(nodes, None, error.message)
+
+
 def run_checks(client: KubeClient, installed: Installed, probe_namespace: str,
                only: Iterable[str] = ()) -> list[Result]:
     cluster = Cluster(client)
@@ -339,6 +367,7 @@ def run_checks(client: KubeClient, installed: Installed, probe_namespace: str,
                 f"{ADMISSION_API}/validatingwebhookconfigurations/{installed.validating_configuration}"),
         }, datetime.datetime.now(datetime.UTC)),
         "webhook-reachable": lambda: _probe(cluster, installed, probe_namespace),
+        "dra-consumable-capacity": lambda: _dra_capacity(cluster, probe_namespace),
     }
     results = []
     for name in CHECK_NAMES:

@@ -3,7 +3,8 @@
 The grouping itself is common/gpu_allocation.py (the binder's allocation gauges use the same code), its shares the
 GPU accounting the extender places by (common/gpuclaims.py); this module only reads the objects and prints them, as
 a table or as JSON. A share the accounting cannot tell (it counts the whole GPU) prints with a `~`; `?` is a pod
-that nothing claims a GPU for yet.
+that nothing claims a GPU for yet. GPUs shared through DRA (fracgpu's DRA driver) follow in a table of their own:
+each device with the shares its claims hold (`consumedCapacity`, common/dra.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from typing import Any
 
 from common import names
+from common.dra import DraDevice, read_dra_devices
 from common.gpu_allocation import NodeAllocation, allocation, to_json
 from common.kube.client import ApiError, KubeClient, bindrequest_path
 
@@ -38,6 +40,34 @@ def read_allocation(client: KubeClient, reservation_namespace: str) -> tuple[lis
                         "annotations only")
     nodes = client.list_all("/api/v1/nodes").get("items") or []
     return allocation(pods, bind_requests, nodes, reservation_namespace), warnings
+
+
+def read_dra(client: KubeClient) -> list[DraDevice]:
+    """The DRA driver's devices and the claims' shares on them; none where the API server serves no
+    resource.k8s.io/v1."""
+    try:
+        return read_dra_devices(client)
+    except ApiError as error:
+        if error.not_found:
+            return []
+        raise
+
+
+def dra_table(devices: list[DraDevice]) -> str:
+    header = ["NODE", "DEVICE", "GPU ID", "MEMORY", "ALLOCATED", "FREE", "CLAIMS"]
+    rows = [[d.node, d.device, d.uuid or "-", f"{d.capacity_mib}Mi", f"{d.allocated:.2f}", f"{d.free:.2f}",
+             ", ".join(f"{share.claim}={share.mib}Mi" + (f" ({', '.join(share.pods)})" if share.pods else "")
+                       for share in d.shares) or "-"] for d in devices]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
+def _dra_json(devices: list[DraDevice]) -> list[dict[str, Any]]:
+    return [{"node": d.node, "device": d.device, "gpuId": d.uuid, "memoryMiB": d.capacity_mib,
+             "allocated": round(d.allocated, 4), "free": round(d.free, 4),
+             "shares": [{"claim": s.claim, "pods": list(s.pods), "memoryMiB": s.mib} for s in d.shares]}
+            for d in devices]
 
 
 def _share(value: float | None) -> str:
@@ -79,7 +109,11 @@ def table(nodes: list[NodeAllocation]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(nodes: list[NodeAllocation], output: str) -> str:
+def render(nodes: list[NodeAllocation], output: str, dra: list[DraDevice] | None = None) -> str:
+    dra = dra or []
     if output == "json":
-        return json.dumps({"nodes": to_json(nodes)}, indent=2) + "\n"
-    return table(nodes)
+        return json.dumps({"nodes": to_json(nodes), "dra": _dra_json(dra)}, indent=2) + "\n"
+    if not dra:
+        return table(nodes)
+    shared = table(nodes) if any(node.groups for node in nodes) else ""
+    return shared + ("\n" if shared else "") + f"Shared through DRA ({names.DRA_DRIVER_NAME}):\n" + dra_table(dra)

@@ -12,6 +12,7 @@ the demo stops and says why; it never falls back on its own. Everything stops on
 - `--mode stock` (the default): the stock kube-scheduler with the fracgpu extender (the stock-scheduler
   component) places the pods a user creates: two half-GPU pods share one GPU, a gpu-memory pod gets its own.
 - `--mode kai`: the KAI-scheduler contract: the demo writes the BindRequests the KAI scheduler would.
+- `--mode dra`: GPU sharing through DRA, with no extender and no binder (testbed/demo_dra.py).
 """
 
 from __future__ import annotations
@@ -385,9 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep-running", action="store_true", help="stay up after the table until Ctrl-C")
     parser.add_argument("--workdir", default=None, help="where logs and state go (default: a temp dir)")
-    parser.add_argument("--mode", choices=("stock", "kai"), default="stock",
+    parser.add_argument("--mode", choices=("stock", "kai", "dra"), default="stock",
                         help="stock: the stock kube-scheduler + fracgpu extender place the pods (default); "
-                             "kai: the demo writes the BindRequests the KAI scheduler would")
+                             "kai: the demo writes the BindRequests the KAI scheduler would; dra: the default "
+                             "kube-scheduler allocates DRA claims on fracgpu's DRA driver (real nodes only)")
     parser.add_argument("--in-cluster", action="store_true",
                         help="install fracgpu with its Helm chart on real nodes as an operator's cluster: every "
                              "program a pod (stock mode only; testbed/demo_incluster.py)")
@@ -401,10 +403,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_cluster and (args.mode != "stock" or args.played_nodes):
         parser.error("--in-cluster runs the chart's stock-scheduler component on real nodes: no --mode kai, no "
                      "--played-nodes")
-    if args.in_cluster:
+    if args.mode == "dra" and (args.in_cluster or args.played_nodes):
+        parser.error("--mode dra runs on real nodes with local programs: no --in-cluster, no --played-nodes")
+    if args.mode == "dra":
+        from testbed.demo_dra import DraDemo  # noqa: PLC0415 - a room of its own
+
+        demo: Demo | DraDemo = DraDemo(workdir, args.keep_running)
+    elif args.in_cluster:
         from testbed.demo_incluster import InClusterDemo  # noqa: PLC0415 - its images and helm only when asked
 
-        demo: Demo = InClusterDemo(workdir, args.keep_running, args.mode)
+        demo = InClusterDemo(workdir, args.keep_running, args.mode)
     else:
         demo = Demo(workdir, args.keep_running, args.mode, args.played_nodes)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -1,8 +1,9 @@
 """pytest fixtures for the real-apiserver test bed (enabled by ``tests/conftest.py``).
 
 Session scope: ``control_plane`` (ONE etcd + kube-apiserver per test session), ``kube_admin``,
-``kube_session``, ``garbage_collector``; ``real_cluster`` (ONE cluster of two real nodes with 4 fake GPUs each and
-a control plane of its own, testbed/realnodes; Linux and root, or the tests using it fail with the reason).
+``kube_session``, ``garbage_collector``; ``real_cluster`` (ONE cluster of two real nodes with 4 fake GPUs each, on
+v1.36+ a third whose 4 fake GPUs fracgpu's DRA driver serves, and a control plane of its own, testbed/realnodes;
+Linux and root, or the tests using it fail with the reason).
 Function scope: ``namespace``, ``make_gpu_node``,
 ``service_account_client``.  Extra service accounts with static tokens: override the
 ``control_plane_service_accounts`` fixture in a conftest.  Missing binaries make every test that
@@ -20,6 +21,7 @@ import requests
 from kubernetes import client
 
 from testbed.cluster.controlplane import ControlPlane
+from testbed.cluster.features import gate_specs
 from testbed.cluster.kube import (
     api_client,
     create_gpu_node,
@@ -61,7 +63,13 @@ def real_cluster() -> Iterator[Any]:
     timeout = float(os.environ.get("FRACGPU_TESTBED_START_TIMEOUT", "180"))
     # One cluster for the session, the in-cluster tests' too (issue 28): it runs the workload controllers and holds
     # fracgpu's images, which the tests of our programs as local processes leave alone.
-    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout, in_cluster=True)
+    # A third node serves its GPUs through fracgpu's DRA driver (tainted: only the DRA tests' pods go there), on a
+    # Kubernetes version whose consumable capacity is on by default (v1.36+, read from its source): DRA mode's
+    # supported versions. The compatibility run on v1.35 leaves the DRA tests out (marker `dra`). A fourth, like it,
+    # gets its driver from the chart's DaemonSet when the in-cluster tests install fracgpu with DRA mode.
+    dra_nodes = 1 if gate_specs()["DRAConsumableCapacity"].default else 0
+    cluster = RealCluster(nodes=2, gpus_per_node=4, start_timeout=timeout, in_cluster=True, dra_nodes=dra_nodes,
+                          chart_dra_nodes=dra_nodes)
     cluster.start()
     try:
         yield cluster

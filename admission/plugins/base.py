@@ -14,17 +14,19 @@ class Denied(Exception):
 
 @dataclass(frozen=True)
 class AdmissionRequest:
-    """What the validating webhook knows besides the pod: the operation, the pod an UPDATE replaces, and who sends
-    it (`request.userInfo.username`)."""
+    """What the webhook knows besides the pod: the operation, the pod an UPDATE replaces, who sends it
+    (`request.userInfo.username`) and whether it is a dry run."""
 
     operation: str = "CREATE"
     old_pod: Pod | None = None  # set on UPDATE only
     username: str = ""
+    dry_run: bool = False  # `request.dryRun`: nothing may be written on the pod's behalf
 
 
 class AdmissionPlugin(Protocol):
-    """A plugin whose validation depends on the request too (KAI v0.18's `Validate(ctx, oldPod, pod)`) sets
-    `takes_request = True`; the pipeline then calls `validate(pod, request)` with an AdmissionRequest."""
+    """A plugin whose decisions depend on the request too (KAI v0.18's `Validate(ctx, oldPod, pod)`; DRA mode's
+    dry runs) sets `takes_request = True`; the pipeline then calls `validate(pod, request)` and `mutate(pod,
+    request)` with an AdmissionRequest."""
 
     name: str
 

@@ -90,7 +90,7 @@ class NvFractions:
             raise Denied(f"{names.NVFRACTIONS_VISIBLE_DEVICES_SUFFIX} annotations may only be modified by "
                          f"{self.binder_service_account_username}")
 
-    def mutate(self, pod: Pod) -> None:
+    def mutate(self, pod: Pod, request: AdmissionRequest | None = None) -> None:
         if not (pod.get("spec") or {}).get("containers") or not requests_gpu_fraction(pod):
             return
         try:

@@ -35,7 +35,7 @@ GENERATOR_FIELDS = {"name", "namespace", "behavior", "literals", "files", "optio
 # Marks a generated ConfigMap until render() gives it its hashed name (never in the output).
 _GENERATED = "testbed.fracgpu/generated"
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-                  "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "StorageClass",
+                  "DeviceClass", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "StorageClass",
                   "RuntimeClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 PATCH_FIELDS = {"patch", "path", "target"}
 TARGET_FIELDS = {"group", "version", "kind", "name", "namespace"}
@@ -49,6 +49,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ConfigMap": ("/api/v1", "configmaps", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Deployment": ("/apis/apps/v1", "deployments", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
     "Job": ("/apis/batch/v1", "jobs", True),
     "CronJob": ("/apis/batch/v1", "cronjobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
@@ -69,9 +71,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # Apply order: what others depend on first (kubectl apply's own order is close to this).
-APPLY_ORDER = ["Namespace", "ResourceQuota", "PriorityClass", "CustomResourceDefinition", "ServiceAccount",
-               "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap", "Service",
-               "Deployment", "Job", "CronJob", "PodDisruptionBudget", "Issuer", "Certificate",
+APPLY_ORDER = ["Namespace", "ResourceQuota", "PriorityClass", "DeviceClass", "CustomResourceDefinition",
+               "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ConfigMap",
+               "Service", "Deployment", "DaemonSet", "Job", "CronJob", "PodDisruptionBudget", "Issuer", "Certificate",
                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 
 

@@ -41,3 +41,23 @@ def nvmlDeviceGetHandleByIndex(index: int) -> str:
 
 def nvmlDeviceGetUUID(handle: str) -> str:
     return handle
+
+
+# What the DRA driver (dradriver/devices.py) asks besides: every fake GPU has the size and name the node was given.
+FAKE_MEMORY_ENV = "FRACGPU_FAKE_GPU_MEMORY_MIB"
+FAKE_PRODUCT_ENV = "FRACGPU_FAKE_GPU_PRODUCT"
+
+
+class _MemoryInfo:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self.used = 0
+
+
+def nvmlDeviceGetName(handle: str) -> str:
+    return os.environ.get(FAKE_PRODUCT_ENV, "NVIDIA Fake GPU")
+
+
+def nvmlDeviceGetMemoryInfo(handle: str) -> _MemoryInfo:
+    return _MemoryInfo(int(os.environ.get(FAKE_MEMORY_ENV, "40960")) * 1024 * 1024)

@@ -154,6 +154,11 @@ class RealBed:
         status = yaml.safe_dump((pod or {}).get("status"), default_flow_style=None, width=200) if pod else "(gone)"
         return f"pod {name} status: {status}\nevents:\n" + "\n".join(mine)
 
+    def event_messages(self, reason: str, name: str) -> list[str]:
+        """The messages of the events of `reason` on pod `name` of the bed's namespace."""
+        events = self.kube.get(f"/api/v1/namespaces/{self.namespace}/events").get("items") or []
+        return [e["message"] for e in events if e["reason"] == reason and e["involvedObject"]["name"] == name]
+
     def delete_pods(self, timeout: float = 90) -> None:
         """Delete every pod of the bed and wait until the kubelets have stopped them (their GPUs free again)."""
         for namespace in (self.namespace, self.reservation_namespace):

@@ -19,32 +19,60 @@ from typing import Any
 import requests
 import yaml
 
+from common import names
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.endpoint_policy import allow_webhook_services
 from testbed.cluster.faults import AUDIT_POLICY
+from testbed.cluster.features import gate_flags
 from testbed.programs.procs import free_ports, spawn, terminate
 from testbed.realnodes.clusterdns import ClusterDNS
 from testbed.realnodes.host import API_ADDRESS, POD_CIDR, HostPrep, NodeBinaries, check_machine
-from testbed.realnodes.images import Image, build_all
+from testbed.realnodes.images import PAUSE_IMAGE, WORKLOAD_IMAGE, Image, build_all
 from testbed.realnodes.incluster import (
     IN_CLUSTER_APISERVER_ARGS,
     IN_CLUSTER_CONTROLLERS,
     in_cluster_images,
     start_default_scheduler,
 )
-from testbed.realnodes.node import NVIDIA_RUNTIME_HANDLER, RealNode, RealNodeError
+from testbed.realnodes.node import (
+    GPU_API_DRA,
+    NVIDIA_RUNTIME_HANDLER,
+    RealNode,
+    RealNodeError,
+)
 
 POD_CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
                    "garbage-collector-controller", "namespace-controller")
+DRA_CONTROLLERS = ("resourceclaim-controller",)
 NODE_PREFIX = "realnode-"
+DRA_NODE_PREFIX = "realnode-dra-"
+# On every DRA node of a cluster that also has device-plugin nodes: their tests' pods and the chart's workloads
+# stay off it.
+DRA_NODE_TAINT = {"key": "fracgpu.io/gpu-api", "value": "dra", "effect": "NoSchedule"}
+
+
+def _taint() -> str:
+    return f"{DRA_NODE_TAINT['key']}={DRA_NODE_TAINT['value']}:{DRA_NODE_TAINT['effect']}"
 
 
 class RealCluster:
     def __init__(self, nodes: int = 2, gpus_per_node: int = 4, gpu_memory_mib: int = 40960,
                  workdir: Path | None = None, start_timeout: float = 180,
-                 node_names: list[str] | None = None, in_cluster: bool = False) -> None:
+                 node_names: list[str] | None = None, in_cluster: bool = False, dra_nodes: int = 0,
+                 chart_dra_nodes: int = 0) -> None:
         # in_cluster: our programs run as pods, installed with the chart (testbed/realnodes/incluster.py).
         self.in_cluster = in_cluster
+        # dra_nodes: nodes besides `nodes` whose GPUs fracgpu's DRA driver serves instead of the device plugin
+        # (`dra_nodes`, never in `nodes`), tainted when there are `nodes` too; the control plane
+        # then also runs what DRA needs: the resourceclaim controller (claims from templates, deleted with their
+        # pods) and the default kube-scheduler, which allocates the claims.
+        self.dra_node_names = [f"{DRA_NODE_PREFIX}{i}" for i in range(dra_nodes)]
+        # chart_dra_nodes: DRA nodes like those, whose driver is not started with the node: the chart's DaemonSet
+        # runs it there (in-cluster mode), from our image, which they hold; Ready without a slice until then.
+        self.chart_dra_node_names = [f"{DRA_NODE_PREFIX}ds-{i}" for i in range(chart_dra_nodes)]
+        # Consumable capacity (KEP-5075) for every component that reads it: nothing on v1.37 (beta, on), the
+        # alpha gate on v1.35.
+        self.feature_flags = gate_flags({"DRAConsumableCapacity": True}) if dra_nodes or chart_dra_nodes else []
         self.node_names = list(node_names) if node_names else [f"{NODE_PREFIX}{i}" for i in range(nodes)]
         self.node_count = len(self.node_names)
         self.gpus_per_node = gpus_per_node
@@ -57,6 +85,8 @@ class RealCluster:
         self.images: list[Image] = []
         self.control_plane: ControlPlane | None = None
         self.nodes: list[RealNode] = []
+        self.dra_nodes: list[RealNode] = []
+        self.chart_dra_nodes: list[RealNode] = []
         self._kube_proxy: subprocess.Popen[bytes] | None = None
         self._scheduler: subprocess.Popen[bytes] | None = None  # in_cluster: the default kube-scheduler
         self._dns: ClusterDNS | None = None  # in_cluster: Service names for pods
@@ -114,13 +144,17 @@ class RealCluster:
                           f"--audit-log-path={audit / 'audit.log'}", "--audit-log-format=json",
                           "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s", "--audit-log-maxsize=0")
         self.control_plane = ControlPlane(workdir=workdir, pod_network_address=API_ADDRESS,
-                                          start_timeout=self.start_timeout, extra_apiserver_args=extra_args)
+                                          start_timeout=self.start_timeout,
+                                          extra_apiserver_args=(*extra_args, *self.feature_flags))
         self.control_plane.start()
-        controllers = (*POD_CONTROLLERS, *IN_CLUSTER_CONTROLLERS) if self.in_cluster else POD_CONTROLLERS
+        controllers = (*POD_CONTROLLERS, *(IN_CLUSTER_CONTROLLERS if self.in_cluster else ()),
+                       *(DRA_CONTROLLERS if self.dra_node_names or self.chart_dra_node_names else ()))
         self.control_plane.start_controller_manager(
-            controllers, extra_args=[f"--root-ca-file={self.control_plane.ca_file}"])
+            controllers, extra_args=[f"--root-ca-file={self.control_plane.ca_file}", *self.feature_flags])
+        if self.in_cluster or self.dra_node_names or self.chart_dra_node_names:
+            self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout,
+                                                      tuple(self.feature_flags))
         if self.in_cluster:
-            self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout)
             with self.session() as session:  # webhooks by Service, whose endpoints can only be on this machine
                 allow_webhook_services(session, self.plane.url, (POD_CIDR, f"{API_ADDRESS}/32"))
             self._dns = ClusterDNS(API_ADDRESS, self.plane.url, self.session())
@@ -140,7 +174,8 @@ class RealCluster:
         config.write_text(yaml.safe_dump({
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(self.plane.admin_kubeconfig)},
-            "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": self.node_names[0],
+            "mode": "iptables", "clusterCIDR": POD_CIDR,
+            "hostnameOverride": [*self.node_names, *self.dra_node_names][0],
             "healthzBindAddress": f"127.0.0.1:{healthz}", "metricsBindAddress": f"127.0.0.1:{metrics}",
             # 0 leaves the host's conntrack settings as they are; no NodePort on localhost (route_localnet).
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
@@ -161,27 +196,45 @@ class RealCluster:
 
     def _start_nodes(self) -> None:
         assert self.binaries is not None
+        dns = API_ADDRESS if self._dns else None
         self.nodes = [RealNode(name, i, self.workdir / "nodes", self.binaries, self.images,
-                               self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib,
-                               API_ADDRESS if self._dns else None)
+                               self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib, dns,
+                               kubelet_flags=self.feature_flags)
                       for i, name in enumerate(self.node_names)]
-        for node in self.nodes:
+        # Beside device-plugin nodes a DRA node is tainted, so that only the pods meant for it go there.
+        taints = [f"--register-with-taints={_taint()}"] if self.nodes else []
+        # A DRA node runs workloads only: the images of our programs stay on the device-plugin nodes.
+        workload_images = [image for image in self.images if image.name in (PAUSE_IMAGE, WORKLOAD_IMAGE)]
+        self.dra_nodes = [RealNode(name, len(self.nodes) + i, self.workdir / "nodes", self.binaries, workload_images,
+                                   self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib, dns,
+                                   GPU_API_DRA, [*self.feature_flags, *taints])
+                          for i, name in enumerate(self.dra_node_names)]
+        first = len(self.nodes) + len(self.dra_nodes)
+        self.chart_dra_nodes = [RealNode(name, first + i, self.workdir / "nodes", self.binaries, self.images,
+                                         self.plane.admin_kubeconfig, self.gpus_per_node, self.gpu_memory_mib, dns,
+                                         GPU_API_DRA, [*self.feature_flags, *taints], host_driver=False)
+                                for i, name in enumerate(self.chart_dra_node_names)]
+        for node in self.all_nodes:
             node.launch()
-        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
-            list(pool.map(lambda n: n.wait_state("running", self.start_timeout), self.nodes))
+        with concurrent.futures.ThreadPoolExecutor(len(self.all_nodes)) as pool:
+            list(pool.map(lambda n: n.wait_state("running", self.start_timeout), self.all_nodes))
         self.wait_nodes_ready()
+
+    @property
+    def all_nodes(self) -> list[RealNode]:
+        return [*self.nodes, *self.dra_nodes, *self.chart_dra_nodes]
 
     def wait_nodes_ready(self, timeout: float = 120) -> None:
         """Every node Ready and advertising its GPUs."""
         deadline = time.monotonic() + timeout
         with self.session() as session:
             while True:
-                waiting = [node.name for node in self.nodes if not self._node_ready(session, node)]
+                waiting = [node.name for node in self.all_nodes if not self._node_ready(session, node)]
                 if not waiting:
                     return
                 if time.monotonic() > deadline:
                     raise RealNodeError(f"nodes not Ready with their GPUs after {timeout:.0f} s: {waiting}\n"
-                                        + "\n".join(n.log_tails() for n in self.nodes if n.name in waiting))
+                                        + "\n".join(n.log_tails() for n in self.all_nodes if n.name in waiting))
                 time.sleep(0.3)
 
     def _node_ready(self, session: requests.Session, node: RealNode) -> bool:
@@ -190,18 +243,31 @@ class RealCluster:
             return False
         status = response.json().get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return ready and (status.get("allocatable") or {}).get("nvidia.com/gpu") == str(node.gpus)
+        if not ready:
+            return False
+        if node.gpu_api == GPU_API_DRA and not node.host_driver:
+            return True  # its driver is a pod of the chart, not installed yet
+        if node.gpu_api == GPU_API_DRA:  # its driver has published a slice with every GPU
+            slice_response = session.get(f"{self.plane.url}{names.RESOURCE_SLICES_PATH}", timeout=10, params={
+                "fieldSelector": f"spec.nodeName={node.name},spec.driver={names.DRA_DRIVER_NAME}"})
+            if slice_response.status_code != 200:
+                return False
+            items = slice_response.json().get("items") or []
+            return sum(len((item.get("spec") or {}).get("devices") or []) for item in items) == node.gpus
+        return (status.get("allocatable") or {}).get("nvidia.com/gpu") == str(node.gpus)
 
     def node(self, name: str) -> RealNode:
-        return next(n for n in self.nodes if n.name == name)
+        return next(n for n in self.all_nodes if n.name == name)
 
     def stop(self) -> list[str]:
         """Stop everything and restore the machine; the problems met (none on a clean stop)."""
         problems: list[str] = []
-        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
-            for node_problems in pool.map(lambda n: n.stop(), self.nodes):
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(self.all_nodes))) as pool:
+            for node_problems in pool.map(lambda n: n.stop(), self.all_nodes):
                 problems += node_problems
         self.nodes = []
+        self.dra_nodes = []
+        self.chart_dra_nodes = []
         if self._kube_proxy is not None:
             terminate(self._kube_proxy)
             self._kube_proxy.wait()

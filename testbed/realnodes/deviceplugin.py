@@ -20,7 +20,6 @@ import signal
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import grpc
 
 from common.names import FAKE_GPU_ENV
+from dradriver.devices import fake_gpu_uuids
 
 API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
@@ -80,8 +80,9 @@ pb, pb_grpc = load_api()
 
 
 def gpu_ids(node: str, count: int) -> list[str]:
-    """COUNT GPU ids shaped like NVIDIA's (GPU-8-4-4-4-12 hex), unique per node and stable across runs."""
-    return [f"GPU-{uuid.UUID(bytes=hashlib.sha256(f'{node}/{i}'.encode()).digest()[:16])}" for i in range(count)]
+    """COUNT GPU ids shaped like NVIDIA's (GPU-8-4-4-4-12 hex), unique per node and stable across runs: the DRA
+    driver's fake GPUs on a node of that name have the same ones."""
+    return fake_gpu_uuids(node, count)
 
 
 def gfd_labels(count: int, memory_mib: int, product: str = "NVIDIA-A100-SXM4-40GB") -> dict[str, str]:

@@ -36,7 +36,8 @@ from testbed.realnodes.images import DEFAULT_PATH, Image, ImageBuildError
 
 KUBE_VERSION = K8S_VERSION  # the test bed's own kube-scheduler binary goes into the image of that tag
 KUBE_SCHEDULER_IMAGE = f"registry.k8s.io/kube-scheduler:{KUBE_VERSION}"  # manifests/components/stock-scheduler
-IN_CLUSTER_CONTROLLERS = ("deployment-controller", "replicaset-controller", "job-controller", "cronjob-controller",
+IN_CLUSTER_CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "job-controller",
+                          "cronjob-controller",
                           "ttl-after-finished-controller", "endpoints-controller", "endpointslice-controller",
                           "endpointslice-mirroring-controller", "disruption-controller",
                           "pod-garbage-collector-controller")
@@ -67,7 +68,8 @@ def kube_scheduler_image(cache: Path | None = None) -> Image:
     return images._build(spec, target)
 
 
-def start_default_scheduler(plane: ControlPlane, directory: Path, timeout: float) -> subprocess.Popen[bytes]:
+def start_default_scheduler(plane: ControlPlane, directory: Path, timeout: float,
+                            extra_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """kube-scheduler with its default profile (`default-scheduler`), as the control plane of a cluster runs it."""
     binary = find_binary("kube-scheduler", binaries_dir())
     (port,) = free_ports(1)
@@ -76,7 +78,7 @@ def start_default_scheduler(plane: ControlPlane, directory: Path, timeout: float
     directory.mkdir(parents=True, exist_ok=True)
     process = spawn([str(binary), f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                      f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                     "--bind-address=127.0.0.1", f"--secure-port={port}"], log, directory)
+                     "--bind-address=127.0.0.1", f"--secure-port={port}", *extra_args], log, directory)
     deadline = time.monotonic() + timeout
     while True:
         try:  # its serving certificate is self-signed: this only asks a loopback port whether it is up

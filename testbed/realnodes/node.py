@@ -46,6 +46,9 @@ CONTAINERD_ENV = {"HTTPS_PROXY": NO_REGISTRY_PROXY, "HTTP_PROXY": NO_REGISTRY_PR
 # (its default, in /var/run/nri, also per node).
 CDI_RUN_DIR = "/var/run/cdi"
 NRI_SOCKET = "/var/run/nri/nri.sock"
+GPU_API_DEVICE_PLUGIN = "device-plugin"
+GPU_API_DRA = "dra"
+FAKE_NVML_DIR = Path(__file__).resolve().parents[1] / "fakenvml"
 
 
 class RealNodeError(RuntimeError):
@@ -62,7 +65,16 @@ def pod_subnet(index: int) -> str:
 
 class RealNode:
     def __init__(self, name: str, index: int, workdir: Path, binaries: NodeBinaries, images: list[Image],
-                 kubeconfig: Path, gpus: int = 4, gpu_memory_mib: int = 40960, cluster_dns: str | None = None) -> None:
+                 kubeconfig: Path, gpus: int = 4, gpu_memory_mib: int = 40960, cluster_dns: str | None = None,
+                 gpu_api: str = GPU_API_DEVICE_PLUGIN, kubelet_flags: list[str] | None = None,
+                 host_driver: bool = True) -> None:
+        self.kubelet_flags = list(kubelet_flags or [])  # --feature-gates the cluster's components share
+        # A DRA node's driver: a process of the node's (True), or a pod of the chart's DaemonSet once installed.
+        self.host_driver = host_driver
+        # How the node's GPUs reach pods: the fake NVIDIA device plugin (nvidia.com/gpu), or fracgpu's DRA driver
+        # (a ResourceSlice of shareable devices, claims prepared as CDI specs). Never both: two allocators would
+        # hand out the same GPU.
+        self.gpu_api = gpu_api
         self.cluster_dns = cluster_dns  # the cluster DNS server pods are given (in-cluster mode), or none
         self.name = name
         self.index = index
@@ -193,7 +205,10 @@ class RealNode:
         }
 
     def _spec(self) -> dict[str, Any]:
-        labels = deviceplugin.gfd_labels(self.gpus, self.gpu_memory_mib)
+        # GPU feature discovery's labels on a device-plugin node (the extender and the binder read them); a DRA
+        # node's GPUs are described by its ResourceSlice only.
+        labels = deviceplugin.gfd_labels(self.gpus, self.gpu_memory_mib) if self.gpu_api == GPU_API_DEVICE_PLUGIN \
+            else {"fracgpu.io/gpu-api": GPU_API_DRA}
         config = self.dir / "kubelet-config.yaml"
         config.write_text(yaml.safe_dump(self._kubelet_config()))
         containerd_config = self.dir / "containerd.toml"
@@ -212,11 +227,31 @@ class RealNode:
                 str(self.binaries.kubelet), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
                 f"--hostname-override={self.name}", f"--node-ip={API_ADDRESS}",
                 "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())), "--v=1",
+                *self.kubelet_flags,
             ],
-            "device_plugin_argv": [sys.executable, "-m", "testbed.realnodes.deviceplugin", "--node", self.name,
-                                   "--count", str(self.gpus), "--memory-mib", str(self.gpu_memory_mib)],
+            **self._gpu_plugin(),
             "system_cgroups": [str(d) for d in self.cgroup_dirs("system")],
             "node_cgroups": [str(d) for d in self.cgroup_dirs()],
+        }
+
+    def _gpu_plugin(self) -> dict[str, Any]:
+        if self.gpu_api == GPU_API_DRA and not self.host_driver:
+            return {}  # the chart's DaemonSet runs the driver (`fracgpu-dra-driver --fake-gpus`) as a pod here
+        if self.gpu_api == GPU_API_DEVICE_PLUGIN:
+            return {"device_plugin_argv": [sys.executable, "-m", "testbed.realnodes.deviceplugin", "--node", self.name,
+                                           "--count", str(self.gpus), "--memory-mib", str(self.gpu_memory_mib)]}
+        # fracgpu's DRA driver as the chart runs it on a GPU node, with the kubelet's default plugin directories and
+        # /var/run/cdi (this node's own, FIXED_PATHS); NVML's stand-in sees this node's made-up GPUs.
+        return {
+            "device_plugin_argv": [sys.executable, "-m", "dradriver", "--node-name", self.name,
+                                   f"--kubeconfig={self.kubeconfig}", "--health-probe-bind-address=0",
+                                   "--slice-interval=5"],
+            "device_plugin_env": {
+                "PYTHONPATH": os.pathsep.join([str(FAKE_NVML_DIR), *(p for p in sys.path if p)]),
+                "NVIDIA_VISIBLE_DEVICES": ",".join(self.gpu_ids),
+                "FRACGPU_FAKE_GPU_MEMORY_MIB": str(self.gpu_memory_mib),
+                "FRACGPU_FAKE_GPU_PRODUCT": "NVIDIA Fake GPU",
+            },
         }
 
     # ------------------------------------------------------------------ life

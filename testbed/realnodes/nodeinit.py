@@ -83,7 +83,11 @@ class Supervisor:
         self.spawn("kubelet", self.spec["kubelet_argv"])
 
     def start_device_plugin(self) -> None:
-        self.spawn("device-plugin", self.spec["device_plugin_argv"])
+        # The fake NVIDIA device plugin, or on a DRA node fracgpu's DRA driver with NVML's stand-in; none where the
+        # DRA driver comes as a pod.
+        if "device_plugin_argv" not in self.spec:
+            return
+        self.spawn("device-plugin", self.spec["device_plugin_argv"], self.spec.get("device_plugin_env"))
 
     def wait_for(self, ready: Any, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -46,6 +46,16 @@ def helm_install_args(command: str = "install", settings: Sequence[str] = ()) ->
     return [command, "fracgpu", str(CHART), "-n", SYSTEM, "--set", f"image.repository={REPOSITORY}", *values, *extra]
 
 
+def dra_settings(cluster: RealCluster) -> list[str]:
+    """`--set`s for DRA mode (namespaces labelled fracgpu.io/sharing-mode=dra) with the driver's DaemonSet on the
+    cluster's chart DRA node, publishing that node's made-up GPUs; none on a cluster without one."""
+    if not cluster.chart_dra_nodes:
+        return []
+    (node,) = cluster.chart_dra_nodes
+    return ["dra.enabled=true", f"dra.driver.nodeSelector.kubernetes\\.io/hostname={node.name}",
+            f"dra.driver.extraArgs={{--fake-gpus={node.gpus},--fake-gpu-memory-mib={node.gpu_memory_mib}}}"]
+
+
 def assert_not_installed(session: requests.Session) -> set[str]:
     """fracgpu is not installed (no release namespace, no webhook registration); the paths of the shared layer's
     objects that are there already (kept by an earlier uninstall, or the operator's), which a test must leave."""
@@ -65,7 +75,7 @@ def remove_install(cluster: RealCluster, session: requests.Session, there_before
         session.delete(f"{path}/{name}", timeout=30)
     shared = kustomize_build(MANIFESTS / "shared")
     shared_paths = {object_path(doc) for doc in shared}
-    for doc in helm_template(HELM_VALUES, [f"image.repository={REPOSITORY}"]):
+    for doc in helm_template(HELM_VALUES, [f"image.repository={REPOSITORY}", *dra_settings(cluster)]):
         if doc["kind"] in CLUSTER_SCOPED and object_path(doc) not in shared_paths:
             session.delete(object_path(doc), timeout=30)
     with api_client(cluster.plane) as api:

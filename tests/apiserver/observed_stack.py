@@ -19,6 +19,8 @@ import requests
 
 from common import names
 from common.kube.client import ApiError, KubeClient, bindrequest_path, pod_path
+from dradriver.devices import fake_gpus
+from dradriver.slices import slice_manifest
 from testbed.cluster.kube import (
     apply_crds,
     create_gpu_node,
@@ -36,6 +38,7 @@ from testbed.programs.webhook import AdmissionProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "manifests" / "crd" / "bindrequests.scheduling.run.ai.yaml"
+RESOURCE = f"/apis/{names.RESOURCE_API_GROUP}/{names.RESOURCE_API_VERSION}"
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Stack:
     pod: str
     group: str
     gpu_id: str
+    dra_gpu_id: str  # the GPU of the node's DRA slice a claim holds half of
     mutating: str
     validating: str
     admission_metrics: str
@@ -70,6 +74,23 @@ def fraction_pod(name: str, fraction: str = "0.5") -> dict[str, Any]:
             "metadata": {"name": name, "annotations": {names.GPU_FRACTION: fraction}},
             "spec": {"schedulerName": names.DEFAULT_SCHEDULER_NAME,
                      "containers": [{"name": "main", "image": "busybox"}]}}
+
+
+def _dra_share(kube: KubeClient, namespace: str, node: str) -> str:
+    """The node's GPUs published as fracgpu's DRA driver does (a slice owned by the node, deleted with it), and a
+    claim holding half of the first one's memory, allocated as the kube-scheduler writes it; that GPU's id."""
+    gpus = fake_gpus(node, 2, 40960)
+    kube.create(names.RESOURCE_SLICES_PATH, slice_manifest(kube.get(f"/api/v1/nodes/{node}"), gpus, 1))
+    claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    claim = kube.create(claims, {
+        "apiVersion": f"{names.RESOURCE_API_GROUP}/{names.RESOURCE_API_VERSION}", "kind": "ResourceClaim",
+        "metadata": {"name": "dra-half"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": names.DRA_DRIVER_NAME, "capacity": {"requests": {"memory": "20Gi"}}}}]}}})
+    claim["status"] = {"allocation": {"devices": {"results": [{
+        "request": "gpu", "driver": names.DRA_DRIVER_NAME, "pool": node, "device": gpus[0].device_name,
+        "shareID": str(uuid.uuid4()), "consumedCapacity": {"memory": "20Gi"}}]}}}
+    kube.replace(f"{claims}/dra-half/status", claim)
+    return gpus[0].uuid
 
 
 @contextlib.contextmanager
@@ -126,13 +147,14 @@ def running_stack(control_plane: Any, kube_admin: Any, workdir: Path) -> Any:
                      "selectedGPUGroups": [group], "receivedGPU": {"count": 1, "portion": "0.50"}}})
         wait_for("the fraction pod to be bound", lambda: (kube.get(f"{bindrequest_path(namespace)}/shared").get(
             "status") or {}).get("phase") == names.PHASE_SUCCEEDED, 60)
+        dra_gpu_id = _dra_share(kube, namespace, node)
         reservation = wait_for("the reservation pod's GPU id", lambda: [
             pod for pod in kube.get(pod_path(reservation_namespace)).get("items") or []
             if (pod["metadata"].get("annotations") or {}).get(names.RESERVE_FOR_GPU_INDEX)], 30)[0]
         yield Stack(
             kubeconfig=control_plane.admin_kubeconfig, namespace=namespace,
             reservation_namespace=reservation_namespace, node=node, pod="shared", group=group,
-            gpu_id=reservation["metadata"]["annotations"][names.RESERVE_FOR_GPU_INDEX],
+            gpu_id=reservation["metadata"]["annotations"][names.RESERVE_FOR_GPU_INDEX], dra_gpu_id=dra_gpu_id,
             mutating=configurations[0]["metadata"]["name"], validating=configurations[1]["metadata"]["name"],
             admission_metrics=f"http://127.0.0.1:{admission.metrics_port}/metrics",
             binder_metrics=f"http://127.0.0.1:{metrics}/metrics", kube=kube)

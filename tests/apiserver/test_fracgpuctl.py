@@ -44,11 +44,15 @@ def test_gpus_json_names_the_shared_gpu_its_reservation_and_its_pod(observed):
 def test_gpus_table_has_one_line_per_shared_gpu(observed):
     result = observed.cli("gpus", "--reservation-namespace", observed.reservation_namespace)
     assert result.returncode == 0, result.stderr
-    header, *rows = result.stdout.splitlines()
+    shared, dra = result.stdout.split("Shared through DRA (gpu.fracgpu.io):\n")
+    header, *rows = shared.splitlines()
     assert header.split()[:3] == ["NODE", "GPU", "ID"]
     [row] = [row for row in rows if row.startswith(observed.node)]
     assert row.split() == [observed.node, observed.gpu_id, observed.group, row.split()[3], "0.50", "0.50",
                            f"{observed.namespace}/shared=0.50", "ok"]
+    # The node's DRA GPUs follow in their own table, the claim's half on the first.
+    [held] = [row for row in dra.splitlines() if observed.dra_gpu_id in row]
+    assert held.split()[:2] == [observed.node, "gpu-0"] and f"{observed.namespace}/dra-half" in held
 
 
 def test_a_healthy_webhook_passes_its_checks_and_doctor_exits_0(observed):

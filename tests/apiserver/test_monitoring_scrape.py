@@ -88,3 +88,13 @@ def test_the_binder_reports_the_shared_gpu_its_pod_holds(observed, scraped):
     assert value(binder, "fracgpu_binder_gpu_allocated_share", **labels) == 0.5
     assert value(binder, "fracgpu_binder_gpu_member_pods", **labels) == 1
     assert value(binder, "fracgpu_binder_gpu_stale_reservations", node=observed.node) == 0
+
+
+def test_the_binder_reports_the_dra_share_a_claim_holds_beside_them(observed, scraped):
+    _, binder = scraped
+    held = {"node": observed.node, "device": "gpu-0", "gpu_id": observed.dra_gpu_id}
+    assert value(binder, "fracgpu_dra_gpu_memory_mib", **held) == 40960
+    assert value(binder, "fracgpu_dra_gpu_allocated_memory_mib", **held) == 20480
+    assert value(binder, "fracgpu_dra_gpu_allocated_share", **held) == 0.5
+    assert value(binder, "fracgpu_dra_gpu_claims", **held) == 1
+    assert value(binder, "fracgpu_dra_gpu_allocated_share", node=observed.node, device="gpu-1") == 0

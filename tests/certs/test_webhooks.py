@@ -75,16 +75,60 @@ def test_operator_knobs_reach_every_webhook_and_keep_the_system_namespaces_out()
                              {"key": "tier", "operator": "Exists"}]}
 
 
+def test_a_dra_selector_adds_a_webhook_to_the_dra_paths_for_its_namespaces_and_scheduler_only():
+    registration = webhooks.Registration(
+        namespace="fracgpu-system", service="fracgpu-admission", scheduler_name="fracgpu-scheduler",
+        dra_namespace_selector=webhooks.parse_dra_namespace_selector('{"matchLabels": {"fracgpu.io/sharing": "dra"}}'))
+    for resource, _ in CONFIGURATIONS:
+        main, dra = webhooks.desired_webhooks(registration, resource, BUNDLE)
+        mutating = resource == MUTATING
+        assert main["clientConfig"]["service"]["path"] == ("/mutate--v1-pod" if mutating else "/validate--v1-pod")
+        assert "matchLabels" not in main["namespaceSelector"]  # the ConfigMap mode's webhook is unchanged
+        assert dra["name"] == "dra.admission.fracgpu-system.svc"
+        assert dra["clientConfig"]["service"]["path"] == (
+            "/dra/mutate--v1-pod" if mutating else "/dra/validate--v1-pod")
+        assert dra["matchConditions"] == [
+            {"name": "scheduler-name-match", "expression": "object.spec.schedulerName == 'default-scheduler'"}]
+        assert dra["namespaceSelector"] == {
+            "matchLabels": {"fracgpu.io/sharing": "dra"},
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                  "values": ["kube-system", "fracgpu-system"]}]}
+        assert dra["failurePolicy"] == main["failurePolicy"] and dra["rules"] == main["rules"]
+        assert ("reinvocationPolicy" in dra) == mutating
+    # {} is every namespace but the system ones; '' (the default) is no DRA webhook
+    everywhere = webhooks.Registration(namespace="n", service="s",
+                                       dra_namespace_selector=webhooks.parse_dra_namespace_selector("{}"))
+    assert webhooks.desired_webhooks(everywhere, VALIDATING, BUNDLE)[1]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "n"]}]}
+    assert webhooks.parse_dra_namespace_selector("") is None
+    assert len(webhooks.desired_webhooks(REGISTRATION, VALIDATING, BUNDLE)) == 1
+
+
+def test_turning_dra_mode_on_updates_live_webhooks_and_unregister_removes_both():
+    api = FakeApi()
+    webhooks.register(api, CONFIGURATIONS, REGISTRATION, BUNDLE, 30, wait=lambda *args: None)
+    with_dra = webhooks.Registration(namespace="gpu-sharing", service="fracgpu-admission", dra_namespace_selector={})
+    outcome = webhooks.register(api, CONFIGURATIONS, with_dra, BUNDLE, 30, wait=lambda *args: None)
+    assert all("DRA mode for scheduler default-scheduler" in action for action in outcome.actions)
+    assert all(len(c["webhooks"]) == 2 for c in api.configurations.values())
+    webhooks.unregister(api, CONFIGURATIONS)
+    assert all("webhooks" not in configuration for configuration in api.configurations.values())
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"failure_policy": "Never"}, "failure policy"),
     ({"namespace_selector": {"matchFields": []}}, "unknown fields"),
     ({"url": "http://127.0.0.1:9443"}, "https://"),
+    ({"dra_namespace_selector": {"matchField": []}}, "DRA namespace selector: unknown fields"),
+    ({"dra_namespace_selector": {}, "scheduler_name": "default-scheduler"}, "must differ"),
 ])
 def test_bad_knobs_are_refused_before_anything_is_written(kwargs, message):
     with pytest.raises(ValueError, match=message):
         webhooks.Registration(namespace="n", service="s", **kwargs)
     with pytest.raises(ValueError, match="not JSON"):
         webhooks.parse_namespace_selector("{matchLabels")
+    with pytest.raises(ValueError, match="--dra-namespace-selector must be a JSON object"):
+        webhooks.parse_dra_namespace_selector("[]")
 
 
 def test_first_registration_waits_for_a_backend_and_registers_nothing_without_one():

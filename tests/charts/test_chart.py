@@ -26,6 +26,7 @@ MODES = {  # chart values -> the kustomization it must equal (plus manifests/sha
     "stock-scheduler": (["stockScheduler.enabled=true"], "overlays/stock-scheduler"),
     "cert-manager": (["certificates.mode=cert-manager"], "overlays/cert-manager"),
     "monitoring": (["monitoring.enabled=true"], "overlays/monitoring"),
+    "dra": (["dra.enabled=true"], "overlays/dra"),
 }
 PROMETHEUS_OPERATOR = "monitoring.coreos.com/"
 

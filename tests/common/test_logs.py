@@ -12,9 +12,9 @@ import pytest
 from gunicorn.config import Config
 
 from admission.gunicorn_app import GunicornLogger
-from binder.events import EventRecorder
 from binder.reporter import BackgroundReporter
 from common.kube.client import ApiError
+from common.kube.events import EventRecorder
 from common.logs import JsonFormatter, RateLimit, TextFormatter, about_pod, current_context, log_context
 
 
@@ -101,7 +101,7 @@ class RefusingClient:
 
 
 def test_an_event_that_cannot_be_sent_is_logged_with_the_reconcile_id(json_lines):
-    recorder = EventRecorder(RefusingClient(), senders=1)  # type: ignore[arg-type]
+    recorder = EventRecorder(RefusingClient(), "binder", senders=1)  # type: ignore[arg-type]
     with log_context(reconcile_id="rec-2"):
         recorder({"metadata": {"namespace": "ns", "name": "p"}}, "Warning", "BindingError", "no GPU")
     assert recorder.flush(5)

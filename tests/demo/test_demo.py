@@ -65,3 +65,28 @@ def test_demo_stops_and_names_the_flag_where_real_nodes_cannot_start(tmp_path):
     assert "real nodes cannot start, missing: runc (apt package runc)" in run.stderr
     assert "--played-nodes" in run.stderr
     assert "starting etcd" not in run.stdout  # nothing was started
+
+
+def test_dra_mode_shares_gpus_through_claims_with_no_extender_or_binder(tmp_path):
+    """`make demo ARGS="--mode dra"`: the same pods, placed by the default kube-scheduler through DRA on a real node
+    whose GPUs fracgpu's DRA driver serves; each container printed the env of the share its claim holds."""
+    run = subprocess.run([sys.executable, "-m", "testbed.demo", "--workdir", str(tmp_path), "--mode", "dra"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no extender, no binder" in run.stdout
+    assert "stopping the webhook, the node and the control plane" in run.stdout
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert leftovers.strip() == "", f"processes still running: {leftovers}"
+    # pod, node, device, memory, NVIDIA_VISIBLE_DEVICES, GPU_PORTION, CUDA_DEVICE_MEMORY_LIMIT
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith("demo/")}
+    devices = gpu_ids("realnode-dra-0", 2)
+    expected = {"demo/half-1": ("20Gi", "0.50", "20480m"), "demo/half-2": ("20Gi", "0.50", "20480m"),
+                "demo/memory-4g": ("4Gi", "0.10", "4096m")}
+    assert set(rows) == set(expected)
+    used: dict[str, int] = {}
+    for name, (memory, portion, limit) in expected.items():
+        row = rows[name]
+        assert row[1] == "realnode-dra-0" and re.fullmatch(r"gpu-[01]", row[2]), row
+        assert row[3:] == [memory, devices[int(row[2][-1])], portion, limit], row
+        used[row[2]] = used.get(row[2], 0) + int(limit[:-1])
+    assert all(mib <= 40960 for mib in used.values()), used  # never more than a device holds

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -85,10 +87,12 @@ def test_webhook_settings_come_from_one_generated_configmap_every_program_reads(
     (settings,) = [d for d in BASE
                    if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fracgpu-settings-")]
     assert settings["data"] == {"FRACGPU_SCHEDULER_NAME": "kai-scheduler", "FRACGPU_WEBHOOK_FAILURE_POLICY": "Fail",
-                                "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR": ""}
+                                "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR": "", "FRACGPU_DRA_NAMESPACE_SELECTOR": "",
+                                "FRACGPU_DRA_SCHEDULER_NAME": "default-scheduler"}
     job = certs_job(BASE)["metadata"]["name"]
     parsed = certs_parser().parse_args(program_args(BASE, "Job", job)[1])
     assert (parsed.scheduler_name, parsed.failure_policy, parsed.namespace_selector) == ("kai-scheduler", "Fail", "")
+    assert parsed.dra_namespace_selector == ""  # no DRA webhook unless the dra component asks
     assert admission_settings(program_args(BASE, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
         "kai-scheduler"
     assert binder_settings(program_args(BASE, "Deployment", "fracgpu-binder")[1]).scheduler_name == "kai-scheduler"
@@ -257,3 +261,51 @@ def test_stock_scheduler_component_switches_the_webhooks_and_the_binder_to_its_s
     assert binder_settings(program_args(STOCK, "Deployment", "fracgpu-binder")[1]).scheduler_name == STOCK_SCHEDULER
     parsed = certs_parser().parse_args(program_args(STOCK, "Job", certs_job(STOCK)["metadata"]["name"])[1])
     assert parsed.scheduler_name == STOCK_SCHEDULER  # the webhooks' matchCondition
+
+
+DRA = render(MANIFESTS / "overlays" / "dra")
+
+
+def test_dra_component_runs_the_driver_on_dra_gpu_nodes_with_the_kubelets_directories_and_nothing_more():
+    from dradriver.settings import parse_settings as driver_settings
+
+    pod, driver = container(DRA, "DaemonSet", "fracgpu-dra-driver")
+    module, args = program_args(DRA, "DaemonSet", "fracgpu-dra-driver")
+    assert module == "dradriver"
+    assert driver_settings([*args, "--node-name=gpu-1"]).health_address == ("0.0.0.0", 8081)
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in driver["env"]
+    assert pod["nodeSelector"] == {"fracgpu.io/gpu-api": "dra"}
+    assert pod["priorityClassName"] == "system-node-critical" and pod["serviceAccountName"] == "fracgpu-dra-driver"
+    # root for the host directories, but no capability, no privilege escalation and a read-only root filesystem
+    assert driver["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
+                                         "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    mounts = {m["name"]: m["mountPath"] for m in driver["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host == {name: mounts[name] for name in host} == {
+        "plugins-registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
+        "cdi": "/var/run/cdi"}
+    assert driver["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # the DeviceClass is the one the webhook's templates name
+    from dradriver.deviceclass import device_class
+
+    shipped = find(DRA, "DeviceClass", "gpu.fracgpu.io")
+    assert shipped["spec"] == device_class()["spec"]
+    namespace = find(DRA, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert find(BASE, "Namespace", NAMESPACE)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == \
+        "restricted"
+
+
+def test_dra_component_registers_the_dra_webhooks_for_labelled_namespaces_and_gives_the_webhook_a_token():
+    parsed = certs_parser().parse_args(program_args(DRA, "Job", certs_job(DRA)["metadata"]["name"])[1])
+    assert json.loads(parsed.dra_namespace_selector) == {"matchLabels": {"fracgpu.io/sharing-mode": "dra"}}
+    assert parsed.dra_scheduler_name == "default-scheduler" and parsed.scheduler_name == "kai-scheduler"
+    renew = certs_parser().parse_args(program_args(DRA, "CronJob", "fracgpu-certs-renew")[1])
+    assert renew.dra_namespace_selector == parsed.dra_namespace_selector  # a renewal keeps the DRA webhooks
+    pod, _ = container(DRA, "Deployment", "fracgpu-admission")
+    assert pod["automountServiceAccountToken"] is True
+    assert admission_settings(program_args(DRA, "Deployment", "fracgpu-admission")[1]).dra_scheduler_name == \
+        "default-scheduler"
+    assert container(BASE, "Deployment", "fracgpu-admission")[0]["automountServiceAccountToken"] is False
+    binding = find(DRA, "ClusterRoleBinding", "fracgpu-admission-dra")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fracgpu-admission", "namespace": NAMESPACE}]

@@ -23,6 +23,7 @@ from testbed.realnodes.release import (
     SYSTEM,
     assert_not_installed,
     describe,
+    dra_settings,
     helm,
     helm_install_args,
     remove_install,
@@ -45,7 +46,7 @@ class Release:
         # kubectl create namespace fracgpu-system (Helm keeps its release record there), then helm install.
         self.session.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": SYSTEM}}, timeout=30).raise_for_status()
-        helm(self.cluster, *helm_install_args("install"), "--take-ownership")
+        helm(self.cluster, *helm_install_args("install", dra_settings(self.cluster)), "--take-ownership")
         self.wait_live()
 
     def wait_live(self, timeout: float = 300) -> None:

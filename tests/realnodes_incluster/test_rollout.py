@@ -76,7 +76,7 @@ def test_helm_upgrade_under_steady_creates_rolls_everything_and_loses_nothing(re
                                                                             workloads: RealBed) -> None:
     clock = Stopwatch("helm upgrade under steady creates")
     since = time.time()
-    for node in release.cluster.nodes:
+    for node in [*release.cluster.nodes, *release.cluster.chart_dra_nodes]:  # the DRA driver's DaemonSet too
         node.tag_image(f"{REPOSITORY}:0.1.0", f"{REPOSITORY}:{NEW_TAG}")
     before = template_hashes(release)
     creates = SteadyCreates(workloads, every=1.5, limit=30)  # at most 6 of the 8 GPUs
@@ -103,6 +103,15 @@ def test_helm_upgrade_under_steady_creates_rolls_everything_and_loses_nothing(re
         images = {c["image"] for p in pods_of(release.session, name) for c in p["spec"]["containers"]
                   if c["image"].startswith(REPOSITORY)}
         assert images == {f"{REPOSITORY}:{NEW_TAG}"}, (name, images)
+
+    def driver_rolled() -> bool:
+        pods = pods_of(release.session, "fracgpu-dra-driver")
+        return len(pods) == len(release.cluster.chart_dra_nodes) and all(
+            p["spec"]["containers"][0]["image"] == f"{REPOSITORY}:{NEW_TAG}" and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
+            for p in pods)
+
+    wait_for("the DRA driver's pods on the new image and Ready", driver_rolled, timeout=120, interval=1)
     assert not creates.refused, creates.refused
     # Nothing lost: every pod created runs (all fit), each bound once, no device given twice.
     for name in creates.created:

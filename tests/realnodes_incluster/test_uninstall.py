@@ -27,6 +27,7 @@ from testbed.realnodes.release import (
     RESERVATION_NAMESPACE,
     SYSTEM,
     Stopwatch,
+    dra_settings,
     helm,
 )
 
@@ -120,10 +121,18 @@ def test_helm_uninstall_unregisters_first_and_leaves_workloads_and_the_shared_la
     # Nothing of fracgpu left but the shared layer, which is whole.
     shared = kustomize_build(MANIFESTS / "shared")
     kept = {object_path(doc) for doc in shared}
-    left = [object_path(doc) for doc in helm_template(HELM_VALUES, [f"image.repository={REPOSITORY}"])
+    left = [object_path(doc) for doc in helm_template(HELM_VALUES, [f"image.repository={REPOSITORY}",
+                                                                     *dra_settings(release.cluster)])
             if doc["kind"] in CLUSTER_SCOPED and object_path(doc) not in kept
             and release.session.get(object_path(doc), timeout=30).status_code != 404]
     assert not left, left
+    # The DRA driver's devices are not left for the scheduler to hand out: the kubelet wipes a driver's slices 30 s
+    # after the driver went.
+    for node in release.cluster.chart_dra_nodes:
+        wait_for(f"{node.name}'s ResourceSlice wiped", lambda name=node.name: not release.kube.get(
+            names.RESOURCE_SLICES_PATH, {"fieldSelector": f"spec.nodeName={name}"}).get("items"),
+            timeout=90, interval=1)
+    clock.mark("DRA slices wiped")
     missing = [object_path(doc) for doc in shared if release.session.get(object_path(doc), timeout=30).status_code
                != 200]
     assert not missing, f"the shared layer must outlive an uninstall: {missing}"

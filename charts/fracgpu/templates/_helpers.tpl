@@ -58,9 +58,13 @@ namespace, kube-system) are left alone.
 {{- define "fracgpu.settingsData" -}}
 {{- $selector := "" -}}
 {{- if .Values.webhook.namespaceSelector -}}{{- $selector = toJson .Values.webhook.namespaceSelector -}}{{- end -}}
+{{- $draSelector := "" -}}
+{{- if .Values.dra.enabled -}}{{- $draSelector = toJson .Values.dra.namespaceSelector -}}{{- end -}}
 {{- toYaml (dict "FRACGPU_SCHEDULER_NAME" (include "fracgpu.schedulerName" .)
                  "FRACGPU_WEBHOOK_FAILURE_POLICY" .Values.webhook.failurePolicy
-                 "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR" $selector) -}}
+                 "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR" $selector
+                 "FRACGPU_DRA_NAMESPACE_SELECTOR" $draSelector
+                 "FRACGPU_DRA_SCHEDULER_NAME" .Values.dra.schedulerName) -}}
 {{- end -}}
 
 {{- /*

@@ -1,8 +1,9 @@
-"""Kubernetes Events (core/v1), sent by a small background sender so a bind never waits on them.
+"""Kubernetes Events (core/v1), sent by a small background sender so that the work they are about (a bind, a
+claim's preparation) never waits on them.
 
-Events go through the same client, and so the same token bucket, as every other call, but take only the
-tokens the bind path leaves over (KubeClient.background()). The send queue is
-bounded; when it is full an event is dropped, logged and counted rather than blocking a worker.
+The binder gives it a client that takes only the tokens its bind path leaves over (KubeClient.background()). The
+send queue is bounded; when it is full an event is dropped, logged and counted rather than blocking a worker.
+`component` is the program that reports (the Event's source and reportingComponent).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 from common.kube.client import ApiError, KubeClient, events_path
 from common.logs import current_context, log_context
 
-log = logging.getLogger("binder.events")
-COMPONENT = "binder"
+log = logging.getLogger("kube.events")
 MAX_MESSAGE = 1024
 
 
@@ -26,7 +26,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str,
+def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str, component: str,
                 instance: str = "") -> dict[str, Any]:
     """The Event object about `obj` (any namespaced object dict with apiVersion/kind/metadata)."""
     meta = obj.get("metadata") or {}
@@ -50,8 +50,8 @@ def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str,
         "reason": reason,
         "message": message,
         "type": event_type,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
+        "source": {"component": component},
+        "reportingComponent": component,
         "reportingInstance": instance,
         "firstTimestamp": now,
         "lastTimestamp": now,
@@ -62,9 +62,10 @@ def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str,
 class EventRecorder:
     """`recorder(obj, type, reason, message)`; never raises, never blocks the caller."""
 
-    def __init__(self, client: KubeClient, instance: str = "", senders: int = 2, max_queued: int = 10000,
-                 on_drop: Any = None) -> None:
+    def __init__(self, client: KubeClient, component: str, instance: str = "", senders: int = 2,
+                 max_queued: int = 10000, on_drop: Any = None) -> None:
         self.client = client
+        self.component = component
         self.instance = instance
         # Each event travels with the log context of the reconcile that recorded it (its reconcile_id).
         self._queue: queue.Queue[tuple[dict, dict] | None] = queue.Queue(max_queued)
@@ -75,7 +76,7 @@ class EventRecorder:
             thread.start()
 
     def __call__(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        event = build_event(obj, event_type, reason, message, self.instance)
+        event = build_event(obj, event_type, reason, message, self.component, self.instance)
         try:
             self._queue.put_nowait((event, current_context()))
         except queue.Full:
