@@ -105,17 +105,20 @@ def test_helm_uninstall_unregisters_first_and_leaves_workloads_and_the_shared_la
         emptied = first_write(audit, resource, ("update", "patch", "delete"), "fracgpu-")
         assert emptied < pod_deleted, f"{resource} still registered when a webhook pod was deleted"
     # The workloads untouched, their GPUs still reserved. A pod's resourceVersion may move with its own kubelet's
-    # status writes (a 1.37 kubelet patches a running pod's status now and then; the test bed's kubelets use the
-    # admin credentials, so its user agent tells them apart); nothing else wrote one.
+    # status writes (a 1.37 kubelet patches a running pod's status now and then, and a reservation pod may be
+    # reported Running just after the snapshot; the test bed's kubelets use the admin credentials, so its user agent
+    # tells them apart); nothing else wrote one, workload or reservation pod.
     after = state(release, running_on)
+    pod_namespaces = (running_on.namespace, RESERVATION_NAMESPACE)
     pod_writes = [(event["verb"], event.get("requestURI"), event.get("userAgent")) for event in audit
                   if (event.get("objectRef") or {}).get("resource") == "pods"
-                  and (event.get("objectRef") or {}).get("namespace") == running_on.namespace
+                  and (event.get("objectRef") or {}).get("namespace") in pod_namespaces
                   and event.get("verb") in ("update", "patch", "delete") and event["t_received"] >= since]
     assert all(uri.endswith("/status") and (agent or "").startswith("kubelet/") for _, uri, agent in pod_writes), \
         pod_writes
-    assert {name: uid for name, (uid, _) in after.pop("pods").items()} == \
-        {name: uid for name, (uid, _) in before.pop("pods").items()}
+    for kind in ("pods", "reservation pods"):
+        assert {name: uid for name, (uid, _) in after.pop(kind).items()} == \
+            {name: uid for name, (uid, _) in before.pop(kind).items()}, kind
     assert after == before
     assert_devices_consistent(running_on)
     # Nothing of fracgpu left but the shared layer, which is whole.
