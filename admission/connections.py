@@ -15,6 +15,8 @@ Deadlines (ConnectionLimits, from the flags in admission/settings.py):
   (90 s), so the apiserver always closes an idle connection first and never writes a request into one that we
   are closing.
 - a request, from its first byte to its last, and writing its answer.
+- after SIGTERM, idle connections stay open for --shutdown-drain-seconds, each one's next request answered with
+  `Connection: close`, before what is left is closed (EventLoopWorker._drain says why).
 At the per-worker connection bound the connection that has waited longest without a request in progress is
 closed to make room; a warning says so (at most one every 10 s, with counts). Nothing ever waits for a slot.
 """
@@ -135,12 +137,23 @@ class EventLoopWorker(Worker):
             connection.writer.transport.abort()
 
     async def _drain(self) -> None:
-        """Answer what is being read or answered; close the rest now."""
+        """Answer what is being read or answered; give each idle connection shutdown_drain seconds for one more
+        request, answered with `Connection: close`; then close what is still idle.
+
+        Why idle connections are not closed at once: the API server may be writing its next review into one at
+        that very moment, and a POST written into a connection being closed is not retried (a pod creation fails
+        with "broken pipe"). After an answer that says `Connection: close` the client closes the connection
+        itself, so nothing can be in flight on it. What stays idle through the whole period is the least recently
+        used (Go's HTTP client reuses the most recent first), which is the least likely to be written into."""
+        loop = self._loop
+        drain_until = loop.time() + self.limits.shutdown_drain
+        while self._connections and loop.time() < drain_until:
+            await asyncio.sleep(0.05)
         for connection in list(self._connections):
             if connection.phase <= Phase.IDLE and connection.task is not None:
                 connection.task.cancel()
-        deadline = self._loop.time() + self.cfg.graceful_timeout
-        while self._connections and self._loop.time() < deadline:
+        deadline = loop.time() + self.limits.request_timeout + 1
+        while self._connections and loop.time() < deadline:
             await asyncio.sleep(0.05)
         for connection in list(self._connections):
             if connection.task is not None:

@@ -4,6 +4,7 @@ certificate, multiprocess metrics, and the probe servers in the master process."
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 from dataclasses import asdict
 from typing import Any
@@ -48,7 +49,9 @@ class AdmissionServer(BaseApplication):
             # whichever worker wakes first taking most of the apiserver's long-lived connections.
             "reuse_port": True,
             "timeout": 30,
-            "graceful_timeout": 10,
+            # The workers' own drain (connections.EventLoopWorker._drain) ends before the master's SIGKILL.
+            "graceful_timeout": math.ceil(settings.connection_limits.shutdown_drain
+                                          + settings.connection_limits.request_timeout) + 2,
             "preload_app": True,
             "certfile": settings.cert_file,
             "keyfile": settings.key_file,

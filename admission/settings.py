@@ -52,6 +52,9 @@ class ConnectionLimits:
     request_timeout: float = 5.0
     idle_timeout: float = 120.0
     max_connections: int = 1024
+    # After SIGTERM, how long idle keep-alive connections stay open for one more request, answered with
+    # `Connection: close` (admission/connections.py says why).
+    shutdown_drain: float = 5.0
     # Bodies are kept up to this size (a larger one is answered 413 by the review) and drained up to drain_bytes.
     max_body_bytes: int = 7 * 1024 * 1024
     drain_bytes: int = 64 * 1024 * 1024
@@ -144,6 +147,9 @@ def _parser() -> Parser:
                         help="seconds a connection may wait for its next request (keep it above the clients' 90 s)")
     parser.add_argument("--max-connections", type=at_least(1, int), default=defaults.max_connections,
                         help="open connections per worker; at the bound the one waiting longest is closed")
+    parser.add_argument("--shutdown-drain-seconds", type=at_least(0, float), default=defaults.shutdown_drain,
+                        help="after SIGTERM, seconds an idle keep-alive connection stays open for its next request, "
+                             "answered with 'Connection: close' so the client closes it; then it is closed")
     parser.add_argument("--sharing-mode", choices=SHARING_MODES, default=SHARING_MODE_CONFIGMAP,
                         help="configmap: fractional pods get the GPU-sharing ConfigMaps the binder fills; dra: they "
                              "get a claim from a ResourceClaimTemplate that the stock kube-scheduler allocates on "
@@ -244,6 +250,7 @@ def _build(args: argparse.Namespace) -> Settings:
             request_timeout=args.request_read_timeout,
             idle_timeout=args.idle_timeout,
             max_connections=args.max_connections,
+            shutdown_drain=args.shutdown_drain_seconds,
         ),
         sharing_mode=args.sharing_mode,
         dra_scheduler_name=args.dra_scheduler_name,

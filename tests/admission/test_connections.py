@@ -132,12 +132,19 @@ def raw_review(sock: ssl.SSLSocket) -> bytes:
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     answer = b""
     while b"\r\n\r\n" not in answer:
-        answer += sock.recv(65536)
+        answer += received(sock, answer)
     head, _, rest = answer.partition(b"\r\n\r\n")
     length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
     while len(rest) < length:
-        rest += sock.recv(65536)
+        rest += received(sock, head + rest)
     return head + b"\r\n\r\n" + rest
+
+
+def received(sock: ssl.SSLSocket, so_far: bytes) -> bytes:
+    chunk = sock.recv(65536)
+    if not chunk:
+        raise ConnectionError(f"the server closed the connection; answered so far: {so_far[:200]!r}")
+    return chunk
 
 
 def test_deadlines_for_handshake_and_request_but_not_for_idle_keep_alive(tmp_path):
@@ -190,3 +197,26 @@ def test_sigterm_answers_the_request_in_flight(tmp_path):
             stopper.join()
     assert answered[0].startswith(b"HTTP/1.1 200 "), answered
     assert b"connection: close" in answered[0].lower()
+
+
+def test_sigterm_leaves_idle_connections_open_for_one_more_request(tmp_path):
+    """The API server may be writing its next review into an idle keep-alive connection at the moment the pod gets
+    SIGTERM, and a POST written into a connection being closed is not retried ("broken pipe"). So after SIGTERM an
+    idle connection's next review is answered with `Connection: close` (the client closes it, nothing in flight),
+    and a connection nobody uses is closed only at the drain's end."""
+    with AdmissionProcess(tmp_path, ["--shutdown-drain-seconds", "2"], workers=1) as webhook:
+        with tls_connection(webhook) as reused, tls_connection(webhook) as left_idle:
+            assert raw_review(reused).startswith(b"HTTP/1.1 200 ")
+            assert raw_review(left_idle).startswith(b"HTTP/1.1 200 ")
+            stopper = threading.Thread(target=webhook.stop)
+            stopped_at = time.monotonic()
+            stopper.start()
+            time.sleep(0.5)  # the workers have had SIGTERM
+            assert not closed_by_server(left_idle, within=0.1)
+            answer = raw_review(reused)
+            assert answer.startswith(b"HTTP/1.1 200 ") and b"connection: close" in answer.lower(), answer
+            assert closed_by_server(reused, within=1)
+            assert closed_by_server(left_idle, within=5)
+            idle_closed_after = time.monotonic() - stopped_at
+            stopper.join()
+    assert 1.8 <= idle_closed_after < 4.0, idle_closed_after
