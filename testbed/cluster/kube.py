@@ -248,9 +248,10 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 60.0) ->
 # --------------------------------------------------------------------------- nodes
 def gpu_node_manifest(name: str, gpus: int = 8, gpu_memory_mib: int = 40960, cpu: str = "64",
                       memory: str = "512Gi", pods: str = "110", gpu_product: str = "NVIDIA-A100-SXM4-40GB",
-                      labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A Node object that looks like a Ready GPU node (capacity == allocatable)."""
-    resources = {"cpu": cpu, "memory": memory, "pods": pods, GPU_RESOURCE: str(gpus)}
+                      labels: Mapping[str, str] | None = None, device_plugin: bool = True) -> dict[str, Any]:
+    """A Node object that looks like a Ready GPU node (capacity == allocatable). Without `device_plugin` its GPUs
+    are not advertised as `nvidia.com/gpu` (a node whose GPUs only a DRA driver serves)."""
+    resources = {"cpu": cpu, "memory": memory, "pods": pods, **({GPU_RESOURCE: str(gpus)} if device_plugin else {})}
     all_labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",

@@ -12,7 +12,6 @@ after deleting 30 bound pods, every pending pod that fits is bound within 10 s.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,8 @@ from gpu_truth import groups_of, read
 from common import names
 from common.bindrequest import failed_for_good
 from common.kube.client import bindrequest_path, configmap_path, pod_path
-from testbed.cluster.kube import http_session, wait_for
+from testbed.cluster.kube import wait_for
+from testbed.players import mixedburst
 from testbed.stockbed import StockBed, running_bed
 
 pytestmark = pytest.mark.apiserver
@@ -32,12 +32,6 @@ pytestmark = pytest.mark.apiserver
 NODES, GPUS, MEMORY_MIB = 20, 4, 81920
 PODS = 190  # about 1.25x the 80 GPUs with this mix (0.53 GPU a pod on average)
 DELETED = 30
-# (weight, annotations, whole GPUs)
-MIX: list[tuple[int, dict[str, str], int]] = [
-    (2, {"gpu-fraction": "0.1"}, 0), (2, {"gpu-fraction": "0.25"}, 0), (2, {"gpu-fraction": "0.5"}, 0),
-    (2, {"gpu-fraction": "0.75"}, 0), (1, {"gpu-memory": "20480"}, 0), (1, {"gpu-memory": "40960"}, 0),
-    (1, {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}, 0), (2, {}, 1)]
-
 
 @pytest.fixture
 def hami_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None, nvidia_runtime_class: None,
@@ -117,29 +111,17 @@ def test_a_mixed_burst_with_restarts_never_over_commits_and_freed_gpus_are_used_
         bed.add_node(gpus=GPUS, gpu_memory_mib=MEMORY_MIB)
     bed.create("probe", {"gpu-fraction": "0.1"})  # the webhook registration is active from here on
     rng = random.Random(17)
-    kinds = [kind for kind in MIX for _ in range(kind[0])]
-    wanted = {f"m-{index}": rng.choice(kinds) for index in range(PODS)}
-    errors: list[str] = []
+    wanted = mixedburst.draw(rng, PODS)
 
-    def creator(share: list[str]) -> None:
-        with http_session(control_plane) as session:
-            for name in share:
-                _, annotations, whole = wanted[name]
-                answer = session.post(f"/api/v1/namespaces/{bed.namespace}/pods",
-                                      json=manifest(bed, name, annotations, whole), timeout=30)
-                if answer.status_code != 201:
-                    errors.append(f"{name}: {answer.status_code} {answer.text[:200]}")
-                time.sleep(0.05)
+    def kill_during_the_burst() -> None:
+        for child in (bed.extender, bed.scheduler, bed.binder):
+            time.sleep(1.5)
+            child.kill()  # SIGKILL: a bind call, a scheduling cycle or a bind attempt is cut wherever it is
+            child.start()
 
-    threads = [threading.Thread(target=creator, args=(list(wanted)[index::4],)) for index in range(4)]
-    for thread in threads:
-        thread.start()
-    for child in (bed.extender, bed.scheduler, bed.binder):
-        time.sleep(1.5)
-        child.kill()  # SIGKILL: a bind call, a scheduling cycle or a bind attempt is cut wherever it is
-        child.start()
-    for thread in threads:
-        thread.join()
+    errors = mixedburst.create_all(control_plane, bed.namespace, {
+        name: manifest(bed, name, annotations, whole) for name, (annotations, whole) in wanted.items()},
+        started=kill_during_the_burst)
     assert errors == []
 
     last: dict[str, Any] = {}
