@@ -123,7 +123,14 @@ def _handler(api: grpcapi.Api, service: str, methods: dict[str, tuple[Any, str, 
         for name, (behaviour, request, response) in methods.items()})
 
 
+# sun_path holds 108 bytes with the terminating NUL; grpc fails a longer path with a RuntimeError naming no limit.
+UNIX_SOCKET_PATH_LIMIT = 107
+
+
 def _listen(handlers: list[grpc.GenericRpcHandler], socket: Path, workers: int) -> grpc.Server:
+    if len(os.fsencode(str(socket))) > UNIX_SOCKET_PATH_LIMIT:
+        raise OSError(f"socket path {socket} is {len(os.fsencode(str(socket)))} bytes; a unix socket path has at "
+                      f"most {UNIX_SOCKET_PATH_LIMIT}: give shorter kubelet plugin directories")
     socket.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.unlink(socket)  # left by an earlier run of this plugin

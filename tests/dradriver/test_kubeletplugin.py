@@ -111,3 +111,14 @@ def test_a_restarted_plugin_takes_its_sockets_back_and_keeps_prepared_claims(plu
                        api.NodeUnprepareResourcesResponse)
         assert answer.claims["u1"].error == ""
     assert list((tmp_path / "cdi").iterdir()) == []
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_refused_naming_the_limit(tmp_path: Path) -> None:
+    """grpc itself fails such a path with a RuntimeError that names no limit; the driver says what to change."""
+    preparer = Preparer(pool="n1", read_claim=lambda ns, name: None, gpus=lambda: GPUS,
+                        cdi_dir=str(tmp_path / "cdi"), nvidia_devices=set)
+    deep = tmp_path / ("d" * 120)
+    instance = KubeletPlugin(preparer, Sockets.under(str(deep / "reg"), str(deep / "p")))
+    with pytest.raises(OSError, match="a unix socket path has at most 107: give shorter kubelet plugin directories"):
+        instance.start()
+    assert not deep.exists()  # refused before anything was made
