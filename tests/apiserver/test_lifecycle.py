@@ -57,7 +57,7 @@ def webhooks_of(admin) -> list[list[dict]]:
 def start_webhook_pod(admin, workdir: Path, release_documents: list[dict]) -> AdmissionProcess:
     """The kubelet's part: the Secret's files mounted, the container started with its Deployment's flags."""
     _, args = shipped_args(release_documents, "Deployment", "fracgpu-admission")
-    pod = AdmissionProcess(workdir, args, workers=1)
+    pod = AdmissionProcess(workdir, args, workers=1, shutdown_drain=None)  # the shipped drain: this is about it
     secret = admin.get(f"/api/v1/namespaces/{SYSTEM}/secrets/fracgpu-admission-tls").json()
     pod.cert_dir.mkdir(parents=True, exist_ok=True)
     for key in ("tls.crt", "tls.key", "ca.crt"):
