@@ -1,0 +1,1 @@
+"""GPU-aware preemption: which pods to remove from a node so that a higher-priority GPU pod fits there."""
