@@ -259,6 +259,14 @@ class RealCluster:
     def node(self, name: str) -> RealNode:
         return next(n for n in self.all_nodes if n.name == name)
 
+    def restart_scheduler(self) -> None:
+        """SIGKILL the default kube-scheduler (a scheduling cycle cut wherever it is) and start it again."""
+        assert self._scheduler is not None, "this cluster runs no default kube-scheduler"
+        self._scheduler.kill()
+        self._scheduler.wait()
+        self._scheduler = start_default_scheduler(self.plane, self.workdir / "kube-scheduler", self.start_timeout,
+                                                  tuple(self.feature_flags))
+
     def stop(self) -> list[str]:
         """Stop everything and restore the machine; the problems met (none on a clean stop)."""
         problems: list[str] = []

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
-import uuid
+import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -21,57 +22,27 @@ from typing import Any
 import pytest
 
 from common import names
-from common.kube.client import ApiError, KubeClient
+from common.kube.client import ApiError
 from common.quantity import parse_quantity
-from dradriver.deviceclass import device_class
 from fracgpuctl.gpus import read_dra
-from testbed.cluster.kube import api_client, create_namespace, delete_namespace, http_session, wait_for
-from testbed.cluster.webhook_registration import local_webhook_configurations, registered_webhooks
-from testbed.programs.webhook import AdmissionProcess
-from testbed.realnodes.bed import RealBed, _wait_default_service_account
-from testbed.realnodes.cluster import DRA_NODE_TAINT, RealCluster
-from testbed.realnodes.images import WORKLOAD_IMAGE
+from testbed.checks import dra_capacity
+from testbed.cluster.kube import wait_for
+from testbed.players import mixedburst
+from testbed.realnodes.bed import RealBed
+from testbed.realnodes.cluster import RealCluster
+from testbed.realnodes.drabed import dra_pod, dra_real_bed
 from testbed.realnodes.node import RealNode
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnodes, pytest.mark.dra]
 
 RESOURCE = f"/apis/{names.RESOURCE_API_GROUP}/{names.RESOURCE_API_VERSION}"
 MIB = 1024 * 1024
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @pytest.fixture(scope="module")
 def dra_bed(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
-    """A namespace whose pods of the default scheduler go through the webhook in DRA mode (a local process, as
-    `--sharing-mode=dra` runs it), and the driver's DeviceClass."""
-    assert real_cluster.dra_nodes, ("the session cluster has no DRA node: consumable capacity is off by default "
-                                    "on this Kubernetes version (DRA mode needs v1.36+)")
-    plane = real_cluster.plane
-    kube = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
-    admin = api_client(plane)
-    marker = {"fracgpu-dra-test": uuid.uuid4().hex[:8]}
-    namespace = create_namespace(admin, prefix="dra", labels=marker)
-    try:
-        kube.create(f"{RESOURCE}/deviceclasses", device_class())
-    except ApiError as error:
-        if not error.already_exists:
-            raise
-    _wait_default_service_account(kube, namespace)
-    webhook = AdmissionProcess(tmp_path_factory.mktemp("dra-webhook"), [
-        "--sharing-mode", "dra", "--dra-scheduler-name", DEFAULT_SCHEDULER,
-        "--kubeconfig", str(plane.admin_kubeconfig)])
-    bed = RealBed(real_cluster, kube, "dra", namespace, namespace, None)
-    try:
-        with webhook, http_session(plane) as session:
-            configurations = local_webhook_configurations(webhook.url, (webhook.cert_dir / "ca.crt").read_bytes(),
-                                                          f"-{namespace}", marker, DEFAULT_SCHEDULER)
-            with registered_webhooks(session, configurations):
-                yield bed
-                bed.delete_pods()
-    finally:
-        delete_namespace(admin, namespace)
-        admin.close()
-        kube.close()
+    with dra_real_bed(real_cluster, tmp_path_factory.mktemp("dra-webhook")) as bed:
+        yield bed
 
 
 @pytest.fixture
@@ -92,21 +63,10 @@ def _template(bed: RealBed, name: str, memory: str) -> None:
             raise
 
 
-def _pod(bed: RealBed, name: str, template: str | None = None, **annotations: str) -> dict[str, Any]:
-    """A pod for the DRA node: with a claim from `template`, or with annotations for the webhook to turn into one."""
-    container: dict[str, Any] = {"name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                                 "command": ["sh", "-c", "env | sort; exec sleep 3600"]}
-    # The node whose driver is the test bed's process (not the chart's DaemonSet node).
-    node = bed.cluster.dra_nodes[0].name
-    spec: dict[str, Any] = {"tolerations": [{**DRA_NODE_TAINT, "operator": "Equal"}],
-                            "nodeSelector": {"kubernetes.io/hostname": node}, "containers": [container],
-                            "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False}
-    if template:
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
-        container["resources"] = {"claims": [{"name": "gpu"}]}
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": bed.namespace, "annotations": annotations}, "spec": spec}
-    return bed.kube.create(f"/api/v1/namespaces/{bed.namespace}/pods", body)
+def _pod(bed: RealBed, name: str, template: str | None = None, *, whole_gpus: int = 0,
+         **annotations: str) -> dict[str, Any]:
+    return bed.kube.create(f"/api/v1/namespaces/{bed.namespace}/pods",
+                           dra_pod(bed, name, template, whole_gpus=whole_gpus, **annotations))
 
 
 def _claim_of(bed: RealBed, pod_name: str) -> dict[str, Any]:
@@ -191,6 +151,127 @@ def test_annotated_pods_get_claims_from_the_webhook_and_run_with_their_share(bed
     assert len({t["metadata"]["name"] for t in templates if t["metadata"]["name"].startswith("fracgpu-")}) == 2
     configmaps = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/configmaps").get("items") or []
     assert [c["metadata"]["name"] for c in configmaps] == ["kube-root-ca.crt"]  # no GPU-sharing ConfigMap
+
+
+def test_whole_gpus_asked_as_nvidia_com_gpu_come_from_the_same_devices_as_the_shares(bed: RealBed) -> None:
+    """A pod asking for whole GPUs the usual way (`nvidia.com/gpu: 2`) on the DRA node, which has no device plugin:
+    the DeviceClass's `extendedResourceName` gives it two whole devices of the driver's slice, counted with the
+    shares. So it never gets the GPU a half already holds, and a third pod asking for two more waits until the
+    half goes (one empty GPU is left before that)."""
+    node = bed.cluster.dra_nodes[0]
+    _pod(bed, "half", **{names.GPU_FRACTION: "0.5"})
+    bed.wait_phase("half", timeout=120)
+    half_device, _ = _check_env(bed, node, "half")
+    _pod(bed, "whole", whole_gpus=2)
+    running = bed.wait_phase("whole", timeout=120)
+    claim_status = running["status"]["extendedResourceClaimStatus"]
+    assert [m["resourceName"] for m in claim_status["requestMappings"]] == [names.NVIDIA_GPU], claim_status
+    claim = bed.kube.get(f"{RESOURCE}/namespaces/{bed.namespace}/resourceclaims/{claim_status['resourceClaimName']}")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    devices = [result["device"] for result in results]
+    assert len(set(devices)) == 2 and half_device not in devices, (half_device, results)
+    for result in results:
+        assert (result["driver"], result["pool"]) == (names.DRA_DRIVER_NAME, node.name)
+        held = parse_quantity((result.get("consumedCapacity") or {}).get("memory", f"{node.gpu_memory_mib}Mi"))
+        assert held.value == node.gpu_memory_mib * MIB, result  # the whole device
+    env = bed.container_env("whole")
+    assert env[names.NVIDIA_VISIBLE_DEVICES] == ",".join(node.gpu_ids[int(d.removeprefix("gpu-"))] for d in devices)
+    assert (env[names.GPU_PORTION], env[names.CUDA_DEVICE_MEMORY_LIMIT]) == ("1.00", f"{node.gpu_memory_mib}m")
+
+    _pod(bed, "two-more", whole_gpus=2)
+    wait_for("two-more refused by the scheduler", lambda: bed.event_messages("FailedScheduling", "two-more"),
+             60, interval=0.5)
+    assert bed.get("two-more")["status"]["phase"] == "Pending"
+    bed.kube.delete(f"/api/v1/namespaces/{bed.namespace}/pods/half", params={"gracePeriodSeconds": "0"})
+    bed.wait_phase("two-more", timeout=120)
+
+
+def _claims_env(bed: RealBed, node: RealNode, pod: dict[str, Any]) -> dict[str, str]:
+    """The env a pod's claims' allocation gives it, worked out here: its devices' uuids in allocation order, and
+    the smallest share of them (a whole device when a result consumes no capacity)."""
+    status = pod["status"]
+    claim_names = [s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []]
+    if status.get("extendedResourceClaimStatus"):
+        claim_names.append(status["extendedResourceClaimStatus"]["resourceClaimName"])
+    uuids: list[str] = []
+    smallest = node.gpu_memory_mib
+    for claim_name in claim_names:
+        claim = bed.kube.get(f"{RESOURCE}/namespaces/{bed.namespace}/resourceclaims/{claim_name}")
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            uuid_ = node.gpu_ids[int(result["device"].removeprefix("gpu-"))]
+            uuids += [uuid_] if uuid_ not in uuids else []
+            memory = (result.get("consumedCapacity") or {}).get("memory")
+            smallest = min(smallest, int(parse_quantity(memory).value // MIB) if memory else node.gpu_memory_mib)
+    return {names.NVIDIA_VISIBLE_DEVICES: ",".join(uuids),
+            names.GPU_PORTION: f"{float(Fraction(smallest, node.gpu_memory_mib)):.2f}",
+            names.CUDA_DEVICE_MEMORY_LIMIT: f"{smallest}m"}
+
+
+def _settled(bed: RealBed, last: dict[str, Any]) -> bool | None:
+    """The same bound set for 4 s, every pending pod refused by the scheduler with a reason."""
+    pods = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/pods")["items"]
+    bound = frozenset(pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName"))
+    now = time.monotonic()
+    if bound != last.get("bound"):
+        last.update(bound=bound, since=now)
+        return None
+    if now - last["since"] < 4:
+        return None
+    return all(bed.event_messages("FailedScheduling", pod["metadata"]["name"])
+               for pod in pods if not pod["spec"].get("nodeName")) or None
+
+
+def test_a_mixed_burst_with_scheduler_and_driver_killed_never_over_commits_and_runs_with_its_claims(
+        bed: RealBed) -> None:
+    """The played-node burst of tests/apiserver/test_dra_burst.py on the real DRA node: 20 pods of the same mix on
+    4 × 40 GiB (about 11 GPUs' worth), the default kube-scheduler and the node's driver SIGKILLed during it. Every
+    bound pod runs with the env its claims' allocation gives (whole and two-device pods too), the rest are refused
+    and fit nowhere; after 3 bound pods are deleted, every pending pod that fits is bound within 10 s."""
+    node = bed.cluster.dra_nodes[0]
+    rng = random.Random(29)
+    wanted = mixedburst.draw(rng, 20, prefix="b-")
+
+    def kill_during_the_burst() -> None:
+        time.sleep(0.5)
+        bed.cluster.restart_scheduler()
+        (driver,) = _driver_pids(node)
+        os.kill(driver, signal.SIGKILL)  # the node's supervisor starts it again, as the DaemonSet's kubelet would
+
+    errors = mixedburst.create_all(bed.cluster.plane, bed.namespace, {
+        name: dra_pod(bed, name, whole_gpus=whole, **annotations) for name, (annotations, whole) in wanted.items()},
+        started=kill_during_the_burst)
+    assert errors == []
+    last: dict[str, Any] = {}
+    wait_for("the burst settled", lambda: _settled(bed, last), timeout=180, interval=1.0)
+    truth = dra_capacity.read(bed.kube, bed.namespace, [node.name])
+    assert truth.problems == []
+    assert {pod["metadata"]["name"]: truth.fits_somewhere(pod) for pod in truth.pending()
+            if truth.fits_somewhere(pod)} == {}
+    bound = truth.bound()
+    assert bound and truth.pending(), (len(bound), len(truth.pending()))
+    for pod in bound:
+        running = bed.wait_phase(pod["metadata"]["name"], timeout=180)
+        expected = _claims_env(bed, node, running)
+        env = bed.container_env(pod["metadata"]["name"])
+        assert {key: env.get(key) for key in expected} == expected, pod["metadata"]["name"]
+
+    deleted = rng.sample(bound, 3)
+    freed = frozenset(pod["metadata"]["uid"] for pod in deleted)
+    freed_at = time.monotonic()
+    for pod in deleted:
+        bed.kube.delete(f"/api/v1/namespaces/{bed.namespace}/pods/{pod['metadata']['name']}",
+                        params={"gracePeriodSeconds": "0"})
+
+    def nothing_pending_fits() -> bool:
+        now = dra_capacity.read(bed.kube, bed.namespace, [node.name], freed)
+        return not [pod for pod in now.pending() if now.fits_somewhere(pod)]
+
+    wait_for("every pending pod that fits bound", nothing_pending_fits, timeout=10 + (time.monotonic() - freed_at),
+             interval=0.5)
+    after = dra_capacity.read(bed.kube, bed.namespace, [node.name], freed)
+    assert after.problems == []
+    print(f"{len(bound)} of 20 bound on {node.name}; {len(after.bound()) - len(bound) + 3} more "
+          f"within {time.monotonic() - freed_at:.1f}s of deleting 3")
 
 
 def _driver_pids(node: RealNode) -> list[int]:
