@@ -1,6 +1,7 @@
 """Pods per second from create to Running on the test bed's real nodes (testbed/realnodes), and what a node costs.
 
     python benchmarks/bench_realnodes.py [--plain 40] [--fractions 16]
+    python benchmarks/bench_realnodes.py --dra 8 [--rounds 2]
 
 Starts a real-node cluster of two nodes (4 fake GPUs each), then measures, polling pods from this process:
   plain     — N pods with no GPU, nodeName set (half on each node), created at once: pods/s from the first create
@@ -9,6 +10,12 @@ Starts a real-node cluster of two nodes (4 fake GPUs each), then measures, polli
               GPU group, every GPU of both nodes used): create -> Running, reservation pods included;
   startup   — how long each part of the cluster took to start, and the RSS of one node's kubelet, containerd, device
               plugin and of its running containers.
+With --dra N it instead starts one node of each kind (a device-plugin node, and a DRA node whose GPUs fracgpu's DRA
+driver serves, 4 × 40 GiB each) and runs N half-GPU pods through each stock-scheduler mode, alternating which goes
+first, each round on a fresh namespace: the extender mode (webhook, extender, kube-scheduler, binder, reservation
+pods) and DRA mode (webhook in DRA mode, default kube-scheduler, resourceclaim controller, the driver); create ->
+Running per pod, and the CPU seconds every process of the benchmark's tree spent per pod (the nodes' kubelet,
+containerd and containers included).
 Linux and root only. Prints a Markdown table for docs/benchmarks.md.
 """
 
@@ -24,9 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from common import names  # noqa: E402
 from common.kube.client import pod_path  # noqa: E402
 from testbed.realnodes.bed import RealBed, real_bed  # noqa: E402
 from testbed.realnodes.cluster import RealCluster  # noqa: E402
+from testbed.realnodes.drabed import dra_pod, dra_real_bed  # noqa: E402
 from testbed.realnodes.host import cgroup_pids  # noqa: E402
 
 
@@ -78,6 +87,42 @@ def fractions(bed: RealBed, count: int) -> str:
     return row
 
 
+def halves_by_mode(cluster: RealCluster, workdir: Path, count: int, rounds: int) -> list[str]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_extender_e2e import cpu_seconds_by_program
+
+    def extender(round_: int) -> str:
+        with real_bed(cluster, workdir / f"stock-{round_}", "stock") as bed:
+            cpu = sum(cpu_seconds_by_program().values())
+            created: dict[str, float] = {}
+            for i in range(count):
+                pod = bed.create(bed.pod(f"half-{i}", fraction="0.5"))
+                created[pod["metadata"]["name"]] = time.monotonic()
+            running = wait_all_running(bed, created)
+            spent = sum(cpu_seconds_by_program().values()) - cpu
+            bed.delete_pods()
+        return summary(f"half GPU, extender mode, round {round_} ({1000 * spent / count:.0f} ms CPU a pod)",
+                       created, running)
+
+    def dra(round_: int) -> str:
+        with dra_real_bed(cluster, workdir / f"dra-{round_}") as bed:
+            cpu = sum(cpu_seconds_by_program().values())
+            created: dict[str, float] = {}
+            for i in range(count):
+                pod = bed.kube.create(pod_path(bed.namespace), dra_pod(bed, f"half-{i}", **{names.GPU_FRACTION: "0.5"}))
+                created[pod["metadata"]["name"]] = time.monotonic()
+            running = wait_all_running(bed, created)
+            spent = sum(cpu_seconds_by_program().values()) - cpu
+        return summary(f"half GPU, DRA mode, round {round_} ({1000 * spent / count:.0f} ms CPU a pod)",
+                       created, running)
+
+    rows = []
+    for round_ in range(1, rounds + 1):
+        for run in ((extender, dra) if round_ % 2 else (dra, extender)):
+            rows.append(run(round_))
+    return rows
+
+
 def rss_mib(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -113,8 +158,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", type=int, default=40)
     parser.add_argument("--fractions", type=int, default=16, help="half-GPU pods (at most 2 x the cluster's GPUs)")
+    parser.add_argument("--dra", type=int, default=0, help="half-GPU pods per mode: extender against DRA mode")
+    parser.add_argument("--rounds", type=int, default=2, help="with --dra: rounds of both modes")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-realnodes-"))
+    if args.dra:
+        with RealCluster(nodes=1, dra_nodes=1, gpus_per_node=4, workdir=workdir / "cluster") as cluster:
+            rows = halves_by_mode(cluster, workdir, args.dra, args.rounds)
+        print("| pods | count | first create -> last Running | pods/s | create -> Running p50 | max |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(rows))
+        return 0
     with RealCluster(nodes=2, gpus_per_node=4, workdir=workdir / "cluster") as cluster:
         with real_bed(cluster, workdir / "bed", "kai") as bed:
             rows = [plain(bed, args.plain), fractions(bed, args.fractions)]

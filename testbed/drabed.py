@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -146,14 +146,16 @@ class DraBed:
 
 
 @contextmanager
-def running_dra_bed(workdir: Path) -> Iterator[DraBed]:
-    """A fresh control plane with DRA mode's programs; `DraBed.add_nodes` adds played nodes with their drivers."""
+def running_dra_bed(workdir: Path, controller_manager_args: Sequence[str] = ()) -> Iterator[DraBed]:
+    """A fresh control plane with DRA mode's programs; `DraBed.add_nodes` adds played nodes with their drivers.
+    `controller_manager_args`: more flags for kube-controller-manager (its client rate, say)."""
     socket_root = Path(tempfile.mkdtemp(prefix="fgdra-", dir="/tmp"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, socket_root, ignore_errors=True)
         plane = stack.enter_context(ControlPlane(workdir=workdir / "plane", extra_apiserver_args=feature_flags()))
         plane.start_controller_manager(DRA_CONTROLLERS,
-                                       extra_args=[f"--root-ca-file={plane.ca_file}", *feature_flags()])
+                                       extra_args=[f"--root-ca-file={plane.ca_file}", *feature_flags(),
+                                                   *controller_manager_args])
         kube = KubeClient.from_kubeconfig(str(plane.admin_kubeconfig), qps=0, burst=1)
         stack.callback(kube.close)
         kube.create(f"{RESOURCE}/deviceclasses", device_class())
