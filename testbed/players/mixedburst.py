@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.kube.client import KubeClient, pod_path
 from testbed.cluster.controlplane import ControlPlane
 from testbed.cluster.kube import http_session
 
@@ -51,3 +52,32 @@ def create_all(control_plane: ControlPlane, namespace: str, manifests: dict[str,
         for thread in threads:
             thread.join()
     return errors
+
+
+def refused_pods(kube: KubeClient, namespace: str) -> set[str]:
+    """The pods of `namespace` that the scheduler refused with a reason (a FailedScheduling event)."""
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return {event["involvedObject"]["name"] for event in events if event.get("reason") == "FailedScheduling"}
+
+
+class Settling:
+    """A `wait_for` predicate: true once the namespace's bound set has not changed for `quiet` seconds, `also()`
+    holds, and every pending pod was refused by the scheduler with a reason."""
+
+    def __init__(self, kube: KubeClient, namespace: str, quiet: float = 4.0,
+                 also: Callable[[], bool] = lambda: True) -> None:
+        self.kube, self.namespace, self.quiet, self.also = kube, namespace, quiet, also
+        self.bound: frozenset[str] | None = None
+        self.since = 0.0
+
+    def __call__(self) -> bool:
+        pods = self.kube.get(pod_path(self.namespace))["items"]
+        bound = frozenset(pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName"))
+        now = time.monotonic()
+        if bound != self.bound:
+            self.bound, self.since = bound, now
+            return False
+        if now - self.since < self.quiet or not self.also():
+            return False
+        refused = refused_pods(self.kube, self.namespace)
+        return all(pod["metadata"]["name"] in refused for pod in pods if not pod["spec"].get("nodeName"))

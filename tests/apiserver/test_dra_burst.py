@@ -14,14 +14,13 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from common.kube.client import pod_path
 from testbed.checks.dra_capacity import DraTruth, read
 from testbed.cluster.kube import wait_for
-from testbed.drabed import DraBed, running_dra_bed
+from testbed.drabed import running_dra_bed
 from testbed.players import mixedburst
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.dra]
@@ -30,25 +29,6 @@ NODES, GPUS, MEMORY_MIB = 20, 4, 81920
 PODS = 300  # about 160 GPUs' worth on 80
 DELETED = 30
 KILLED_DRIVERS = 5
-
-
-def failed_scheduling(bed: DraBed) -> set[str]:
-    events = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events")["items"]
-    return {event["involvedObject"]["name"] for event in events if event.get("reason") == "FailedScheduling"}
-
-
-def settled(bed: DraBed, last: dict[str, Any]) -> bool | None:
-    """The same bound set for 4 s, every pending pod refused with a reason."""
-    pods = bed.kube.get(pod_path(bed.namespace))["items"]
-    bound = frozenset(pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName"))
-    now = time.monotonic()
-    if bound != last.get("bound"):
-        last.update(bound=bound, since=now)
-        return None
-    if now - last["since"] < 4:
-        return None
-    refused = failed_scheduling(bed)
-    return all(pod["metadata"]["name"] in refused for pod in pods if not pod["spec"].get("nodeName")) or None
 
 
 def fitting(truth: DraTruth) -> dict[str, str]:
@@ -74,8 +54,7 @@ def test_a_mixed_burst_with_restarts_never_over_commits_a_device_and_freed_memor
             started=kill_during_the_burst)
         assert errors == []
 
-        last: dict[str, Any] = {}
-        wait_for("the burst settled", lambda: settled(bed, last), timeout=300, interval=1.0)
+        wait_for("the burst settled", mixedburst.Settling(bed.kube, bed.namespace), timeout=300, interval=1.0)
         truth = read(bed.kube, bed.namespace, nodes)
         assert truth.problems == []
         assert fitting(truth) == {}

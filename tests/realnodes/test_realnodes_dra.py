@@ -207,20 +207,6 @@ def _claims_env(bed: RealBed, node: RealNode, pod: dict[str, Any]) -> dict[str, 
             names.CUDA_DEVICE_MEMORY_LIMIT: f"{smallest}m"}
 
 
-def _settled(bed: RealBed, last: dict[str, Any]) -> bool | None:
-    """The same bound set for 4 s, every pending pod refused by the scheduler with a reason."""
-    pods = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/pods")["items"]
-    bound = frozenset(pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName"))
-    now = time.monotonic()
-    if bound != last.get("bound"):
-        last.update(bound=bound, since=now)
-        return None
-    if now - last["since"] < 4:
-        return None
-    return all(bed.event_messages("FailedScheduling", pod["metadata"]["name"])
-               for pod in pods if not pod["spec"].get("nodeName")) or None
-
-
 def test_a_mixed_burst_with_scheduler_and_driver_killed_never_over_commits_and_runs_with_its_claims(
         bed: RealBed) -> None:
     """The played-node burst of tests/apiserver/test_dra_burst.py on the real DRA node: 20 pods of the same mix on
@@ -241,8 +227,7 @@ def test_a_mixed_burst_with_scheduler_and_driver_killed_never_over_commits_and_r
         name: dra_pod(bed, name, whole_gpus=whole, **annotations) for name, (annotations, whole) in wanted.items()},
         started=kill_during_the_burst)
     assert errors == []
-    last: dict[str, Any] = {}
-    wait_for("the burst settled", lambda: _settled(bed, last), timeout=180, interval=1.0)
+    wait_for("the burst settled", mixedburst.Settling(bed.kube, bed.namespace), timeout=180, interval=1.0)
     truth = dra_capacity.read(bed.kube, bed.namespace, [node.name])
     assert truth.problems == []
     assert {pod["metadata"]["name"]: truth.fits_somewhere(pod) for pod in truth.pending()

@@ -49,11 +49,6 @@ def manifest(bed: StockBed, name: str, annotations: dict[str, str], whole: int) 
     return body
 
 
-def failed_scheduling(bed: StockBed) -> set[str]:
-    events = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events")["items"]
-    return {event["involvedObject"]["name"] for event in events if event.get("reason") == "FailedScheduling"}
-
-
 def unfinished_bind_requests(bed: StockBed) -> list[str]:
     return [f"{br['metadata']['name']} ({(br.get('status') or {}).get('phase', '')})"
             for br in bed.kube.get(bindrequest_path(bed.namespace))["items"]
@@ -62,20 +57,6 @@ def unfinished_bind_requests(bed: StockBed) -> list[str]:
 
 def node_objects(bed: StockBed) -> list[dict[str, Any]]:
     return [bed.kube.get(f"/api/v1/nodes/{name}") for name in bed.nodes]
-
-
-def settled(bed: StockBed, last: dict[str, Any]) -> Any:
-    """The same bound set for 4 s, every BindRequest finished, every pending pod refused with a reason."""
-    pods = bed.kube.get(pod_path(bed.namespace))["items"]
-    bound = frozenset(pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName"))
-    now = time.monotonic()
-    if bound != last.get("bound"):
-        last.update(bound=bound, since=now)
-        return None
-    if now - last["since"] < 4 or unfinished_bind_requests(bed):
-        return None
-    refused = failed_scheduling(bed)
-    return all(pod["metadata"]["name"] in refused for pod in pods if not pod["spec"].get("nodeName"))
 
 
 def check_configmaps(bed: StockBed, truth: Any) -> list[str]:
@@ -124,8 +105,9 @@ def test_a_mixed_burst_with_restarts_never_over_commits_and_freed_gpus_are_used_
         started=kill_during_the_burst)
     assert errors == []
 
-    last: dict[str, Any] = {}
-    wait_for("the burst settled", lambda: settled(bed, last), timeout=300, interval=1.0)
+    wait_for("the burst settled", mixedburst.Settling(bed.kube, bed.namespace,
+                                                      also=lambda: not unfinished_bind_requests(bed)),
+             timeout=300, interval=1.0)
     wait_for("unused reservation pods collected",
              lambda: not unused_reservations(read(bed.kube, bed.namespace, bed.reservation_namespace,
                                                   node_objects(bed))), timeout=60, interval=1.0)
