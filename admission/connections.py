@@ -117,13 +117,13 @@ class EventLoopWorker(Worker):
         heartbeat.cancel()
 
     async def _heartbeat(self) -> None:
-        # gunicorn's master kills a worker whose heartbeat file goes stale: a wedged loop gets replaced.
-        while self.alive:
+        # gunicorn's master kills a worker whose heartbeat file goes stale: a wedged loop gets replaced. It beats
+        # through the shutdown drain too (cancelled after it), so a long drain is never taken for a wedged loop.
+        while True:
             self.notify()
-            if self.ppid != os.getppid():
+            if self.alive and self.ppid != os.getppid():
                 self.log.info("Parent changed, shutting down: %s", self)
                 self._begin_stop()
-                return
             await asyncio.sleep(_HEARTBEAT_SECONDS)
 
     def _begin_stop(self) -> None:
@@ -152,7 +152,8 @@ class EventLoopWorker(Worker):
         for connection in list(self._connections):
             if connection.phase <= Phase.IDLE and connection.task is not None:
                 connection.task.cancel()
-        deadline = loop.time() + self.limits.request_timeout + 1
+        # A request being read has request_timeout to arrive, and its answer as long again to be written.
+        deadline = loop.time() + 2 * self.limits.request_timeout + 1
         while self._connections and loop.time() < deadline:
             await asyncio.sleep(0.05)
         for connection in list(self._connections):

@@ -51,7 +51,7 @@ class AdmissionServer(BaseApplication):
             "timeout": 30,
             # The workers' own drain (connections.EventLoopWorker._drain) ends before the master's SIGKILL.
             "graceful_timeout": math.ceil(settings.connection_limits.shutdown_drain
-                                          + settings.connection_limits.request_timeout) + 2,
+                                          + 2 * settings.connection_limits.request_timeout) + 2,
             "preload_app": True,
             "certfile": settings.cert_file,
             "keyfile": settings.key_file,

@@ -15,6 +15,7 @@ from common.flags import (
     add_kai_contract_flags,
     add_logging_flags,
     at_least,
+    between,
     kubeconfig_path,
     parse,
     parse_bind_address,
@@ -147,9 +148,10 @@ def _parser() -> Parser:
                         help="seconds a connection may wait for its next request (keep it above the clients' 90 s)")
     parser.add_argument("--max-connections", type=at_least(1, int), default=defaults.max_connections,
                         help="open connections per worker; at the bound the one waiting longest is closed")
-    parser.add_argument("--shutdown-drain-seconds", type=at_least(0, float), default=defaults.shutdown_drain,
-                        help="after SIGTERM, seconds an idle keep-alive connection stays open for its next request, "
-                             "answered with 'Connection: close' so the client closes it; then it is closed")
+    parser.add_argument("--shutdown-drain-seconds", type=between(0, 60), default=defaults.shutdown_drain,
+                        help="after SIGTERM, seconds (0-60) an idle keep-alive connection stays open for its next "
+                             "request, answered with 'Connection: close' so the client closes it; then it is closed. "
+                             "Keep preStop + this + twice --request-read-timeout + 2 within the pod's grace period")
     parser.add_argument("--sharing-mode", choices=SHARING_MODES, default=SHARING_MODE_CONFIGMAP,
                         help="configmap: fractional pods get the GPU-sharing ConfigMaps the binder fills; dra: they "
                              "get a claim from a ResourceClaimTemplate that the stock kube-scheduler allocates on "

@@ -211,7 +211,7 @@ def test_sigterm_leaves_idle_connections_open_for_one_more_request(tmp_path):
             stopper = threading.Thread(target=webhook.stop)
             stopped_at = time.monotonic()
             stopper.start()
-            time.sleep(0.5)  # the workers have had SIGTERM
+            time.sleep(1.0)  # the workers have had SIGTERM, also on a loaded machine
             assert not closed_by_server(left_idle, within=0.1)
             answer = raw_review(reused)
             assert answer.startswith(b"HTTP/1.1 200 ") and b"connection: close" in answer.lower(), answer
@@ -219,4 +219,4 @@ def test_sigterm_leaves_idle_connections_open_for_one_more_request(tmp_path):
             assert closed_by_server(left_idle, within=5)
             idle_closed_after = time.monotonic() - stopped_at
             stopper.join()
-    assert 1.8 <= idle_closed_after < 4.0, idle_closed_after
+    assert 1.8 <= idle_closed_after < 6.0, idle_closed_after

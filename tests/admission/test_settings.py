@@ -69,6 +69,18 @@ def test_bad_boolean_is_a_usage_error():
         parse_settings(["--hami-core-enabled=maybe"])
 
 
+@pytest.mark.parametrize("drain", ["61", "inf", "-1", "nan"])
+def test_a_shutdown_drain_outside_0_to_60_seconds_is_a_usage_error(drain, capsys):
+    with pytest.raises(SystemExit):
+        parse_settings(["--shutdown-drain-seconds", drain])
+    assert "--shutdown-drain-seconds" in capsys.readouterr().err
+
+
+def test_the_shutdown_drain_is_5_seconds_unless_given():
+    assert parse_settings([]).connection_limits.shutdown_drain == 5.0
+    assert parse_settings(["--shutdown-drain-seconds", "0"]).connection_limits.shutdown_drain == 0.0
+
+
 # ------------------------------------------------------------------------------------------ GPU sharing mode
 @pytest.mark.parametrize(("argv", "mode", "sharing", "hami_core"), [
     # Without --gpu-sharing-mode the flags resolve as KAI's resolveGpuSharingMode, and mean what they always did.
