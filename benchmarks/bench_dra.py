@@ -10,7 +10,9 @@ DRA mode, the default kube-scheduler at the same client rate, one driver per nod
 The `--pods` are created by 4 clients without pauses; a mode is done once its bound set has not changed for 5 s.
 Printed per run: pods placed per second (bound pods over the time from the first create to the last bind) and the
 CPU seconds every program spent per bound pod (the benchmark's own process tree, from /proc: in the extender mode
-that includes the node player, which plays the reservation pods). Markdown rows for docs/benchmarks.md.
+that includes the node player, which plays the reservation pods). That CPU is read after the 5 s quiet period, so
+it also holds the idle tail and the benchmark's own polling (a list of the pods every 0.2 s); a bind is seen up to
+one poll late. Markdown rows for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ With --dra N it instead starts one node of each kind (a device-plugin node, and 
 driver serves, 4 × 40 GiB each) and runs N half-GPU pods through each stock-scheduler mode, alternating which goes
 first, each round on a fresh namespace: the extender mode (webhook, extender, kube-scheduler, binder, reservation
 pods) and DRA mode (webhook in DRA mode, default kube-scheduler, resourceclaim controller, the driver); create ->
-Running per pod, and the CPU seconds every process of the benchmark's tree spent per pod (the nodes' kubelet,
-containerd and containers included).
+Running per pod, and the CPU seconds every process of the benchmark's tree spent per pod (our programs, the API
+server, the nodes' kubelet and containerd; not the containers, whose shims containerd re-parents away from it).
 Linux and root only. Prints a Markdown table for docs/benchmarks.md.
 """
 
@@ -158,10 +158,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", type=int, default=40)
     parser.add_argument("--fractions", type=int, default=16, help="half-GPU pods (at most 2 x the cluster's GPUs)")
-    parser.add_argument("--dra", type=int, default=0, help="half-GPU pods per mode: extender against DRA mode")
+    parser.add_argument("--dra", type=int, default=0,
+                        help="half-GPU pods per mode (at most 8): extender against DRA mode")
     parser.add_argument("--rounds", type=int, default=2, help="with --dra: rounds of both modes")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-realnodes-"))
+    if args.dra > 8:
+        parser.error("--dra: at most 8 half-GPU pods, what one node's 4 GPUs hold")
     if args.dra:
         with RealCluster(nodes=1, dra_nodes=1, gpus_per_node=4, workdir=workdir / "cluster") as cluster:
             rows = halves_by_mode(cluster, workdir, args.dra, args.rounds)
