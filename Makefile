@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries k8s-binaries-compat test-compat chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
+.PHONY: install k8s-binaries k8s-binaries-compat test-builds test-compat chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -72,7 +72,7 @@ promtool:
 
 # containerd, runc, CNI plugins and busybox (apt) and kubelet + kube-proxy (the k8s build) for the test bed's
 # real nodes (testbed/realnodes); idempotent, and a no-op on a machine that cannot run them (not Linux, not root).
-real-node-deps:
+real-node-deps: k8s-binaries
 	tools/install-real-node-deps.sh
 
 # buildah and mmdebstrap (apt) for `make images`; idempotent. Needs Linux and root.
@@ -83,14 +83,22 @@ image-tools:
 # daemon, no registry (PYTHON_IMAGE is a stand-in made from Debian bookworm's packages), this machine's pip settings
 # and CA bundle mounted into the build. Cached in $${FRACGPU_IMAGE_CACHE:-~/.cache/fracgpu/dockerfile-images} by a
 # hash of the inputs: a no-op when nothing changed (docs/images.md).
-images: image-tools
+images: install image-tools
 	$(PYTHON) -m testbed.images
+
+# Everything `make test` needs, built three at a time: on a fresh machine the Go builds (both Kubernetes versions,
+# promtool, helm, containerd) leave a core idle while they link or wait on one big package, and pip, apt and the
+# image build wait mostly on the network and the disk, so overlapping them saves minutes (docs/testing.md). Each
+# build script logs with its own prefix, line by line; apt runs are serialised by tools/lib/apt.sh.
+test-builds:
+	$(MAKE) --no-print-directory -j3 --output-sync=line install image-tools k8s-binaries images \
+		k8s-binaries-compat promtool chart-tools real-node-deps
 
 # The whole suite on the chosen (default) version, then the compatibility set on the compatibility version; both
 # always run, and either failing fails the target.
 # Each run's JUnit report goes to build/test-results/, and the failed tests of both are listed last (a CI log that
 # keeps only its tail still says which test broke).
-test: install k8s-binaries k8s-binaries-compat chart-tools promtool real-node-deps images
+test: test-builds
 	rm -rf build/test-results; mkdir -p build/test-results; status=0; \
 	$(PYTHON) -m pytest -q --junitxml=build/test-results/whole.xml || status=$$?; \
 	$(MAKE) --no-print-directory test-compat || status=$$?; \

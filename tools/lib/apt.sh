@@ -15,6 +15,10 @@ apt_install_missing() {
     fi
     echo "[$name $(date +%H:%M:%S)] apt-get install ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # `make test` builds its parts in parallel, and two apt runs at once would fail on dpkg's lock: wait for ours.
+    local lock_fd
+    exec {lock_fd}>/var/lock/fracgpu-apt.lock
+    flock "$lock_fd"
     apt-get update -q >/dev/null || echo "[$name] apt-get update failed; trying the install with the lists we have"
     if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
         echo "$name: apt-get install ${missing[*]} failed; run it by hand to see why (Debian's package lists must" \
@@ -24,4 +28,5 @@ apt_install_missing() {
     for entry in "$@"; do
         [[ -e "${entry#*|}" ]] || { echo "$name: ${entry%%|*} installed but ${entry#*|} is missing" >&2; return 1; }
     done
+    exec {lock_fd}>&-
 }
