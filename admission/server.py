@@ -17,6 +17,7 @@ from typing import Any
 from flask import Flask
 
 from admission import metrics, review
+from admission.clusterfacts import LargestGpuMemory
 from admission.dra.chain import DraPlugins
 from admission.plugins import build_plugins
 from admission.plugins.deviceaccess import DeviceAccess
@@ -75,6 +76,9 @@ class WebhookApp:
             kai_contract=settings.kai_contract,
             nri_plugin_enabled=settings.nri_plugin_enabled,
             toolkit_memory_limits=settings.toolkit_memory_limits,
+            largest_gpu_memory_mib=LargestGpuMemory(
+                lambda: kube_client(settings.kubeconfig, user_agent="fracgpu-admission"))
+            if settings.countable_gpu_shares else None,
         )
         self.plugins = plugins
         # Every mode-independent plugin but the runtime class one (a CDI device needs no runtime class).

@@ -71,6 +71,7 @@ class Settings:
     kai_contract: str = names.KAI_CONTRACT_V018
     nri_plugin_enabled: bool = False
     toolkit_memory_limits: bool = False
+    countable_gpu_shares: bool = False
     # Boolean flags given on the command line that the GPU sharing mode overrode (each is logged at start-up).
     ignored_flags: tuple[str, ...] = ()
     block_nvidia_visible_devices: bool = False
@@ -84,7 +85,8 @@ class Settings:
     connection_limits: ConnectionLimits = ConnectionLimits()
     sharing_mode: str = SHARING_MODE_CONFIGMAP
     dra_scheduler_name: str = names.DEFAULT_DRA_SCHEDULER_NAME
-    kubeconfig: str | None = None  # DRA mode's API client (default: in-cluster, then $KUBECONFIG)
+    # The API client of DRA mode and of countable shares (default: in-cluster, then $KUBECONFIG).
+    kubeconfig: str | None = None
     log_format: str = "json"
     log_level: str = "info"
 
@@ -123,6 +125,10 @@ def _parser() -> Parser:
         "as an NvFractions request) or v0.17 (a cluster whose scheduler does not read NvFractions annotations)",
         "the GPU Operator's NRI plugin gives containers their GPUs: fraction containers get no NVIDIA_VISIBLE_DEVICES "
         "env and, unless a runtime class is given, no runtime class")
+    add_bool_flag(parser, "--countable-gpu-shares", False,
+                  "ours, stock-scheduler path: give shared-GPU pods the extended resources fracgpu.io/milligpu and "
+                  "fracgpu.io/gpu-memory-mib that the kube-scheduler, ResourceQuota and Kueue count (reads the "
+                  "nodes' nvidia.com/gpu.memory labels; docs/decisions.md 2.17)")
     add_bool_flag(parser, "--toolkit-memory-limits-enabled", False,
                   "point fraction containers at NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT in their "
                   "capabilities ConfigMap (the binder's toolkitmemory plugin writes them) for the container "
@@ -238,6 +244,7 @@ def _build(args: argparse.Namespace) -> Settings:
         kai_contract=args.kai_contract,
         nri_plugin_enabled=args.nri_plugin_enabled,
         toolkit_memory_limits=args.toolkit_memory_limits_enabled,
+        countable_gpu_shares=args.countable_gpu_shares,
         ignored_flags=sharing.ignored_flags,
         block_nvidia_visible_devices=args.block_nvidia_visible_devices,
         runtime_class_name=runtime_class,

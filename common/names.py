@@ -69,6 +69,12 @@ UNKNOWN_GPU_ID = "-1"
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_MIG_PREFIX = "nvidia.com/mig-"
 GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
+GPU_COUNT_NODE_LABEL = "nvidia.com/gpu.count"
+# Countable shares (docs/decisions.md 2.17), stock-scheduler path only: what a shared-GPU pod holds, as extended
+# resources the kube-scheduler, ResourceQuota and Kueue count, and what a node has of them.
+MILLIGPU = "fracgpu.io/milligpu"  # thousandths of a GPU
+MILLIGPU_PER_GPU = 1000
+GPU_MEMORY_MIB = "fracgpu.io/gpu-memory-mib"  # MiB of GPU memory
 
 # Env vars and ConfigMap keys.
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"

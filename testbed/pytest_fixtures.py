@@ -1,9 +1,9 @@
 """pytest fixtures for the real-apiserver test bed (enabled by ``tests/conftest.py``).
 
 Session scope: ``control_plane`` (ONE etcd + kube-apiserver per test session), ``kube_admin``,
-``kube_session``, ``garbage_collector``; ``real_cluster`` (ONE cluster of two real nodes with 4 fake GPUs each, on
-v1.36+ a third whose 4 fake GPUs fracgpu's DRA driver serves, and a control plane of its own, testbed/realnodes;
-Linux and root, or the tests using it fail with the reason).
+``kube_session``, ``garbage_collector``, ``quota_controller``; ``real_cluster`` (ONE cluster of two real nodes with
+4 fake GPUs each, on v1.36+ a third whose 4 fake GPUs fracgpu's DRA driver serves, and a control plane of its own,
+testbed/realnodes; Linux and root, or the tests using it fail with the reason).
 Function scope: ``namespace``, ``make_gpu_node``,
 ``service_account_client``.  Extra service accounts with static tokens: override the
 ``control_plane_service_accounts`` fixture in a conftest.  Missing binaries make every test that
@@ -98,6 +98,14 @@ def kube_session(control_plane: ControlPlane) -> Iterator[requests.Session]:
 @pytest.fixture(scope="session")
 def garbage_collector(control_plane: ControlPlane) -> ControlPlane:
     """Ensure kube-controller-manager runs its garbage collector (ownerReference cleanup)."""
+    control_plane.start_controller_manager()
+    return control_plane
+
+
+@pytest.fixture(scope="session")
+def quota_controller(control_plane: ControlPlane) -> ControlPlane:
+    """Ensure kube-controller-manager runs its ResourceQuota controller (the session's runs it with the garbage
+    collector, whichever fixture starts it)."""
     control_plane.start_controller_manager()
     return control_plane
 

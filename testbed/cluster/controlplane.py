@@ -40,6 +40,9 @@ WELL_KNOWN_SERVICE_ACCOUNTS: tuple[tuple[str, str], ...] = (
     ("testbed", "tester-2"),
 )
 GC_CONTROLLERS: tuple[str, ...] = ("garbage-collector-controller",)
+# What the session's controller manager runs: the garbage collector, and the quota controller (it fills a
+# ResourceQuota's status, without which the API server's quota admission refuses every pod the quota covers).
+SESSION_CONTROLLERS: tuple[str, ...] = (*GC_CONTROLLERS, "resourcequota-controller")
 
 
 class ControlPlaneError(RuntimeError):
@@ -357,9 +360,10 @@ class ControlPlane:
         session.headers["Authorization"] = f"Bearer {self.admin.token}"
         return session
 
-    def start_controller_manager(self, controllers: Iterable[str] = GC_CONTROLLERS,
+    def start_controller_manager(self, controllers: Iterable[str] = SESSION_CONTROLLERS,
                                  extra_args: Iterable[str] = ()) -> None:
-        """Start kube-controller-manager running only ``controllers`` (default: the garbage collector)."""
+        """Start kube-controller-manager running only ``controllers`` (default: the garbage collector and the
+        quota controller)."""
         if any(p.name == "kube-controller-manager" for p in self._procs):
             return
         if self._ca is None:

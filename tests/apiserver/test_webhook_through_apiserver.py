@@ -48,12 +48,12 @@ def webhook(tmp_path, kube_session, webhook_namespace, runtime_class):
     process.stop()
 
 
-def wait_until_webhook_active(session, namespace, timeout=30.0):
+def wait_until_webhook_active(session, namespace, timeout=30.0, scheduler="kai-scheduler"):
     """The apiserver picks up new registrations asynchronously; a dry-run create shows when it has."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         answer = session.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All",
-                              json=pod_manifest("probe", annotations={"gpu-fraction": "0.5"}))
+                              json=pod_manifest("probe", scheduler, annotations={"gpu-fraction": "0.5"}))
         if answer.ok and "runai/shared-gpu-configmap" in answer.json()["metadata"].get("annotations", {}):
             return
         time.sleep(0.3)
