@@ -18,10 +18,13 @@ from common.buildinfo import BuildInfoCollector
 from common.gpugroups import is_group_label
 from common.kube.cache import EventHandlers, Informer, object_key
 from common.kube.client import KubeClient, bindrequest_path, pod_path
+from common.kube.events import EventRecorder
 from common.kube.informers import InformerSet
 from common.kube.slim import slim_generic, slim_meta
 from common.probes import HttpEndpoint, health_routes, metrics_routes
 from extender.bind import ApiBindRequests, Waiters
+from extender.capacity.desired import COUNTABLE
+from extender.capacity.writer import NodeCapacityWriter
 from extender.ledger import Ledger
 from extender.leftovers import SWEEP_EVERY_S, FailedBindRequests
 from extender.requeue import Requeue
@@ -83,9 +86,12 @@ def slim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def slim_gpu_node(node: dict[str, Any]) -> dict[str, Any]:
-    """Nodes as the ledger reads them: name, labels (GPU memory) and allocatable GPUs."""
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return {"metadata": slim_meta(node.get("metadata") or {}), "status": {"allocatable": dict(allocatable)}}
+    """Nodes as the ledger reads them: name, labels (GPU memory) and allocatable GPUs; and the countable shares of
+    their capacity, which the capacity writer keeps right."""
+    status = node.get("status") or {}
+    capacity = {key: value for key, value in (status.get("capacity") or {}).items() if key in COUNTABLE}
+    return {"metadata": slim_meta(node.get("metadata") or {}),
+            "status": {"allocatable": dict(status.get("allocatable") or {}), "capacity": capacity}}
 
 
 class ExtenderApp:
@@ -113,6 +119,8 @@ class ExtenderApp:
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
                            on_bind=self.metrics.count_bind, requeue=self.requeue, unsynced=self.unsynced)
         self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
+        self.capacity = NodeCapacityWriter(client, self.nodes, EventRecorder(client, "fracgpu-extender")) \
+            if settings.advertise_countable_shares else None
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
 
@@ -182,6 +190,8 @@ class ExtenderApp:
                 endpoint.start()
                 self.endpoints.append(endpoint)
         self.informers.start()
+        if self.capacity is not None:
+            self.capacity.start()
         self.server.start()
         self.requeue.start()
         threading.Thread(target=self._expire_pending, name="extender-expire", daemon=True).start()
@@ -221,6 +231,8 @@ class ExtenderApp:
         self.stopped.set()
         self.requeue.stop()
         self.server.stop()
+        if self.capacity is not None:
+            self.capacity.stop()
         self.informers.stop()
         for endpoint in self.endpoints:
             endpoint.stop()

@@ -10,6 +10,7 @@ from common import names
 from common.flags import (
     Parser,
     above,
+    add_bool_flag,
     add_logging_flags,
     at_least,
     kubeconfig_path,
@@ -31,6 +32,7 @@ class Settings:
     reservation_namespace: str = names.DEFAULT_RESERVATION_NAMESPACE
     health_address: tuple[str, int] | None = ("0.0.0.0", 8081)
     metrics_address: tuple[str, int] | None = ("0.0.0.0", 8080)
+    advertise_countable_shares: bool = False
     log_format: str = "json"
     log_level: str = "info"
 
@@ -54,6 +56,10 @@ def _parser() -> Parser:
                    help="[host]:port of /healthz and /readyz (0: off)")
     p.add_argument("--metrics-bind-address", type=parse_bind_address, default=":8080",
                    help="[host]:port of Prometheus /metrics (0: off)")
+    add_bool_flag(p, "--advertise-countable-shares", False,
+                  "write each GPU node's fracgpu.io/milligpu and fracgpu.io/gpu-memory-mib into its status, from its "
+                  "nvidia.com/gpu.count and nvidia.com/gpu.memory labels and allocatable GPUs (docs/decisions.md "
+                  "2.17); a node whose labels are missing or disagree gets none, and a Warning event says why")
     add_logging_flags(p)
     return p
 
@@ -72,6 +78,7 @@ def _build(args: argparse.Namespace) -> Settings:
         reservation_namespace=args.resource_reservation_namespace,
         health_address=args.health_probe_bind_address,
         metrics_address=args.metrics_bind_address,
+        advertise_countable_shares=args.advertise_countable_shares,
         log_format=args.log_format, log_level=resolve_log_level(args),
     )
 

@@ -28,7 +28,8 @@ def _now() -> str:
 
 def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str, component: str,
                 instance: str = "") -> dict[str, Any]:
-    """The Event object about `obj` (any namespaced object dict with apiVersion/kind/metadata)."""
+    """The Event object about `obj` (an object dict with apiVersion/kind/metadata); events about a cluster-scoped
+    object (a Node) live in the `default` namespace, as the kubelet's do."""
     meta = obj.get("metadata") or {}
     involved = {
         "apiVersion": obj.get("apiVersion", "v1"),
@@ -45,7 +46,8 @@ def build_event(obj: dict[str, Any], event_type: str, reason: str, message: str,
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}",
+                     "namespace": involved["namespace"] or "default"},
         "involvedObject": involved,
         "reason": reason,
         "message": message,

@@ -291,9 +291,16 @@ def create_gpu_node(api: client.ApiClient, name: str | None = None, **manifest_a
     node_name = manifest["metadata"]["name"]
     _raw(api, "POST", "/api/v1/nodes", body=manifest)
     # The status subresource is authoritative; write it explicitly so capacity and the Ready
-    # condition never depend on what the create strategy keeps.
-    return _raw(api, "PUT", f"/api/v1/nodes/{node_name}/status",
-                body=_with_resource_version(api, f"/api/v1/nodes/{node_name}", manifest))
+    # condition never depend on what the create strategy keeps. A component may write the new node's status
+    # meanwhile (the extender its countable shares): read and write again on a conflict.
+    for attempt in range(10):
+        try:
+            return _raw(api, "PUT", f"/api/v1/nodes/{node_name}/status",
+                        body=_with_resource_version(api, f"/api/v1/nodes/{node_name}", manifest))
+        except ApiException as exc:
+            if exc.status != 409 or attempt == 9:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _with_resource_version(api: client.ApiClient, path: str, manifest: dict[str, Any]) -> dict[str, Any]:
