@@ -27,6 +27,9 @@ from extender.capacity.desired import COUNTABLE
 from extender.capacity.writer import NodeCapacityWriter
 from extender.ledger import Ledger
 from extender.leftovers import SWEEP_EVERY_S, FailedBindRequests
+from extender.preemption.events import REASON_PREEMPTED, REASON_PREEMPTING, preemption_report
+from extender.preemption.nominated import Nominations
+from extender.preemption.verb import Preemption
 from extender.requeue import Requeue
 from extender.server import ExtenderMetrics, ExtenderServer
 from extender.settings import Settings
@@ -34,6 +37,7 @@ from extender.verbs import Verbs
 
 log = logging.getLogger("extender")
 
+PDB_PATH = "/apis/policy/v1/poddisruptionbudgets"
 _EXPIRE_EVERY_S = 30.0
 _SYNC_LOG_EVERY_S = 10.0
 
@@ -67,22 +71,40 @@ def _gpu_limits_only(containers: Any) -> list[dict[str, Any]]:
 
 
 def slim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """Pods as the ledger and bind read them: identity, GPU labels and annotations (the compute mode too), node, GPU
-    limits, phase.
+    """Pods as the ledger, bind and preemption read them: identity, creation time, GPU labels and annotations (the
+    compute mode too), node, priority, GPU limits, phase and nomination; a pod that asks for GPUs keeps all its
+    labels (the PodDisruptionBudgets that cover a victim are found by them).
     Every pod of the cluster is cached, so this is most of the extender's memory (50,000 pods)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    labels = {key: value for key, value in (meta.get("labels") or {}).items() if is_group_label(key)}
     annotations = {key: value for key, value in (meta.get("annotations") or {}).items() if _kept_annotation(key)}
     slim_spec: dict[str, Any] = {"containers": _gpu_limits_only(spec.get("containers"))}
     if spec.get("initContainers"):
         slim_spec["initContainers"] = _gpu_limits_only(spec["initContainers"])
-    if spec.get("nodeName"):
-        slim_spec["nodeName"] = spec["nodeName"]
+    holds_gpus = bool(annotations) or any(
+        (container.get("resources") or {}).get("limits") for container in
+        (*slim_spec["containers"], *slim_spec.get("initContainers", ())))
+    labels = {key: value for key, value in (meta.get("labels") or {}).items() if holds_gpus or is_group_label(key)}
+    for key in ("nodeName", "priority"):
+        if spec.get(key) is not None:
+            slim_spec[key] = spec[key]
+    status = pod.get("status") or {}
+    slim_status = {"phase": status.get("phase", "")}
+    if status.get("nominatedNodeName"):
+        slim_status["nominatedNodeName"] = status["nominatedNodeName"]
     return {"metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion",
-                                                    "deletionTimestamp") if key in meta}
+                                                    "creationTimestamp", "deletionTimestamp") if key in meta}
             | {"labels": labels, "annotations": annotations},
-            "spec": slim_spec, "status": {"phase": (pod.get("status") or {}).get("phase", "")}}
+            "spec": slim_spec, "status": slim_status}
+
+
+def slim_pdb(pdb: dict[str, Any]) -> dict[str, Any]:
+    """PodDisruptionBudgets as preemption reads them: which pods they cover and how many may go."""
+    meta = pdb.get("metadata") or {}
+    spec = {"selector": (pdb.get("spec") or {})["selector"]} if "selector" in (pdb.get("spec") or {}) else {}
+    return {"metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in meta},
+            "spec": spec,
+            "status": {"disruptionsAllowed": (pdb.get("status") or {}).get("disruptionsAllowed", 0)}}
 
 
 def slim_gpu_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -111,15 +133,22 @@ class ExtenderApp:
         self.nodes = Informer(client, "/api/v1/nodes", "nodes", slim=slim_gpu_node)
         self.bind_requests = Informer(client, bindrequest_path(), "bindrequests", slim=slim_generic)
         self.informers = InformerSet(self.pods, self.nodes, self.bind_requests)
+        # Only preemption reads PodDisruptionBudgets: placing pods never waits for them.
+        self.pdbs = Informer(client, PDB_PATH, "poddisruptionbudgets", slim=slim_pdb)
+        self.nominations = Nominations()
+        self.events = EventRecorder(client, "fracgpu-extender")
+        self.preemption = Preemption(self.ledger, lambda member: self.pods.get(member), self.pdbs.list,
+                                     self._preemption_unsynced)
         self._watch_into_ledger()
         self.registry.register(BuildInfoCollector("extender"))
         ProcessCollector(registry=self.registry)
         binds = ApiBindRequests(client, self.pods, self.bind_requests, self.waiters)
         self.failed_bind_requests = FailedBindRequests(self.bind_requests.list, binds.delete)
         self.verbs = Verbs(self.ledger, binds, self.find_pod, settings.policy, settings.bind_timeout_s,
-                           on_bind=self.metrics.count_bind, requeue=self.requeue, unsynced=self.unsynced)
-        self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics)
-        self.capacity = NodeCapacityWriter(client, self.nodes, EventRecorder(client, "fracgpu-extender")) \
+                           on_bind=self.metrics.count_bind, requeue=self.requeue, unsynced=self.unsynced,
+                           nominations=self.nominations)
+        self.server = ExtenderServer(settings.bind_address, self.verbs, self.metrics, self.preemption)
+        self.capacity = NodeCapacityWriter(client, self.nodes, self.events) \
             if settings.advertise_countable_shares else None
         self.endpoints: list[HttpEndpoint] = []
         self.stopped = threading.Event()
@@ -134,11 +163,15 @@ class ExtenderApp:
         def pod_changed(pod: dict[str, Any]) -> None:
             ledger.upsert_pod(pod)
             waiters.notify(object_key(pod))
+            nominated_on = self.nominations.observe(pod)
+            if nominated_on:
+                self._tell_preemption(pod, nominated_on)
             if (pod.get("spec") or {}).get("nodeName"):
                 meta = pod.get("metadata") or {}
                 requeue.forget(meta.get("namespace", ""), meta.get("name", ""))
 
         def pod_gone(pod: dict[str, Any]) -> None:
+            self.nominations.forget(pod)
             ledger.delete_pod(pod)
             waiters.notify(object_key(pod))
             meta = pod.get("metadata") or {}
@@ -160,6 +193,32 @@ class ExtenderApp:
         self.bind_requests.add_handlers(EventHandlers(bind_request_changed,
                                                       lambda _old, new: bind_request_changed(new),
                                                       bind_request_gone))
+
+    def _tell_preemption(self, preemptor: dict[str, Any], node: str) -> None:
+        """The scheduler nominated `preemptor` on `node`: if its victims there were chosen here, say so on the
+        preemptor and on each victim, and count them."""
+        meta = preemptor.get("metadata") or {}
+        chosen = self.preemption.chosen_for(str(meta.get("uid", "")), node)
+        if chosen is None or not chosen.gpu_victims:
+            return
+        self.metrics.preempted.inc()
+        self.metrics.victims.inc(len(chosen.gpu_victims))
+        report = preemption_report(preemptor, node, chosen)
+        log.info("preemptor nominated; its GPU victims are being removed", extra={"fields": {
+            "pod": meta.get("name"), "namespace": meta.get("namespace"), "node": node,
+            "victims": sorted(chosen.names.values()), "gpu_groups": list(chosen.groups)}})
+        self.events(preemptor, "Normal", REASON_PREEMPTING, report.preemptor)
+        for uid, member in chosen.names.items():
+            namespace, _, name = member.partition("/")
+            victim = {"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            self.events(victim, "Normal", REASON_PREEMPTED, report.victim)
+
+    def _preemption_unsynced(self) -> str:
+        waiting = self.unsynced()
+        if self.pdbs.synced:
+            return waiting
+        return ", ".join(filter(None, (waiting, "poddisruptionbudgets")))
 
     def find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod from the cache; just created pods may not be there yet, so ask the API server then."""
@@ -190,6 +249,7 @@ class ExtenderApp:
                 endpoint.start()
                 self.endpoints.append(endpoint)
         self.informers.start()
+        self.pdbs.start()
         if self.capacity is not None:
             self.capacity.start()
         self.server.start()
@@ -234,5 +294,6 @@ class ExtenderApp:
         if self.capacity is not None:
             self.capacity.stop()
         self.informers.stop()
+        self.pdbs.stop()
         for endpoint in self.endpoints:
             endpoint.stop()

@@ -147,6 +147,12 @@ class Ledger:
             entry.view = built
         return built
 
+    def node_claims(self, node: str) -> tuple[int, int | None, list[Claim]] | None:
+        """The node's GPUs, GPU memory and claims now (preemption reads them), or None for a node not seen."""
+        with self._write:
+            entry = self._nodes.get(node)
+            return None if entry is None else (entry.devices, entry.memory_mib, list(entry.claims.values()))
+
     def standing(self, namespace: str, pod_name: str, pod_uid: str) -> Standing | None:
         """The BindRequest that stands as this pod's placement (not failed for good, written for this very pod,
         the pod not bound yet), or None."""

@@ -99,3 +99,45 @@ def priority_list(scores: Mapping[str, int], node_names: list[str]) -> list[dict
 
 def bind_result(error: str = "") -> dict[str, Any]:
     return {"Error": error}
+
+
+@dataclass(frozen=True)
+class PreemptionArgs:
+    pod: dict[str, Any]
+    proposed: dict[str, list[str]]  # node -> uids of the pods the scheduler's dry run would remove
+
+
+def _victim_uids(victims: Any, node: str) -> list[str]:
+    """MetaVictims (`Pods: [{UID}]`) or Victims (`Pods: [Pod]`): the pods' uids."""
+    if not isinstance(victims, dict):
+        raise BadRequest(f"the victims of node {node!r} are not an object")
+    pods = {str(key).lower(): value for key, value in victims.items()}.get("pods") or []
+    if not isinstance(pods, list):
+        raise BadRequest(f"the victims of node {node!r} are not a list of pods")
+    uids = []
+    for pod in pods:
+        fields = {str(key).lower(): value for key, value in pod.items()} if isinstance(pod, dict) else {}
+        uid = fields.get("uid") or (fields.get("metadata") or {}).get("uid") if fields else None
+        if not isinstance(uid, str) or not uid:
+            raise BadRequest(f"a victim on node {node!r} has no UID")
+        uids.append(uid)
+    return uids
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    """ExtenderPreemptionArgs: NodeNameToMetaVictims from a nodeCacheCapable scheduler, NodeNameToVictims else."""
+    fields = _fields(body)
+    pod = fields.get("pod")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise BadRequest("ExtenderPreemptionArgs.Pod is missing or is not a pod")
+    by_node = fields.get("nodenametometavictims") or fields.get("nodenametovictims") or {}
+    if not isinstance(by_node, dict):
+        raise BadRequest("ExtenderPreemptionArgs has no map of nodes to victims")
+    return PreemptionArgs(pod, {str(node): _victim_uids(victims, str(node)) for node, victims in by_node.items()})
+
+
+def preemption_result(victims_by_node: Mapping[str, tuple[tuple[str, ...], int]]) -> dict[str, Any]:
+    """ExtenderPreemptionResult: per node the victims' uids and their PodDisruptionBudget violations."""
+    return {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+        for node, (uids, violations) in victims_by_node.items()}}

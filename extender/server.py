@@ -1,9 +1,10 @@
-"""The extender's HTTP side: POST <prefix>/filter, /prioritize and /bind from the kube-scheduler.
+"""The extender's HTTP side: POST <prefix>/filter, /prioritize, /bind and /preempt from the kube-scheduler.
 
 Every request is answered with the verb's result type; a body that cannot be read, or a verb that fails,
 gives that type's `Error` (the scheduler shows it as the pod's scheduling failure) and a log line, never a
-500 with a traceback. The scheduler is the only client (a sidecar on localhost), so a thread per
-connection is plenty; a bind holds its thread while it waits for the binder.
+500 with a traceback. The preemption result has no `Error`: a failed preempt is an HTTP error status, which the
+scheduler reports as the preemption's failure and retries. The scheduler is the only client (a sidecar on
+localhost), so a thread per connection is plenty; a bind holds its thread while it waits for the binder.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from common.gpuclaims import InvalidRequest
 from common.logs import log_context
 from extender import protocol
+from extender.preemption.verb import Preemption, PreemptionNotReady
 from extender.verbs import CachesNotSynced, Verbs
 
 log = logging.getLogger("extender.server")
@@ -51,6 +53,15 @@ class ExtenderMetrics:
         self.requeues = Counter("fracgpu_extender_requeues_total",
                                 "Pending pods the extender had refused everywhere, woken for the scheduler once GPUs "
                                 "they fit were freed, by outcome (patched, failed)", ["outcome"], registry=registry)
+        self.preemptions = Counter("fracgpu_extender_preemption_calls_total",
+                                   "Preempt calls by outcome: nodes (victims chosen on some node), none (no node "
+                                   "where removing lower-priority pods makes room on its GPUs), error", ["outcome"],
+                                   registry=registry)
+        self.preempted = Counter("fracgpu_extender_preemptions_total",
+                                 "Preemptors nominated on a node whose victims the extender chose", registry=registry)
+        self.victims = Counter("fracgpu_extender_preemption_victims_total",
+                               "Pods the extender chose as victims on the node their preemptor was nominated on",
+                               registry=registry)
         self.bind_to_bound = Histogram("fracgpu_extender_bind_to_bound_seconds",
                                        "From the scheduler's bind call to the pod bound",
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25), registry=registry)
@@ -62,12 +73,22 @@ class ExtenderMetrics:
             self.not_synced.labels("bind").inc()
 
 
+class VerbRefused(Exception):
+    """A verb whose result type has no error field refuses with an HTTP status and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ExtenderServer:
-    def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics) -> None:
+    def __init__(self, address: tuple[str, int], verbs: Verbs, metrics: ExtenderMetrics,
+                 preemption: Preemption | None = None) -> None:
         self.verbs = verbs
         self.metrics = metrics
+        self.preemption = preemption
         self.routes: dict[str, Callable[[bytes], Any]] = {
-            "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind}
+            "filter": self._filter, "prioritize": self._prioritize, "bind": self._bind, "preempt": self._preempt}
         self.httpd = ThreadingHTTPServer(address, _handler(self))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="extender-http", daemon=True)
@@ -142,6 +163,34 @@ class ExtenderServer:
         return protocol.bind_result(error)
 
 
+    def _preempt(self, body: bytes) -> dict[str, Any]:
+        try:
+            args = protocol.decode_preemption_args(body)
+        except protocol.BadRequest as error:
+            self.metrics.preemptions.labels("error").inc()
+            log.warning("preempt refused the request", extra={"fields": {"error": str(error)}})
+            raise VerbRefused(400, str(error)) from None
+        if self.preemption is None:
+            raise VerbRefused(404, "this extender chooses no victims")
+        meta = args.pod.get("metadata") or {}
+        with log_context(pod=meta.get("name"), namespace=meta.get("namespace")):
+            try:
+                answer = self.preemption.preempt(args.pod, args.proposed)
+            except PreemptionNotReady as not_ready:
+                self.metrics.preemptions.labels("error").inc()
+                self.metrics.not_synced.labels("preempt").inc()
+                raise VerbRefused(503, str(not_ready)) from None
+            except InvalidRequest as error:
+                self.metrics.preemptions.labels("error").inc()
+                raise VerbRefused(400, str(error)) from None
+            self.metrics.preemptions.labels("nodes" if answer else "none").inc()
+            log.info("preemption answered", extra={"fields": {
+                "candidates": len(args.proposed), "nodes": {node: list(chosen.victims)
+                                                            for node, chosen in list(answer.items())[:5]}}})
+            return protocol.preemption_result({node: (chosen.victims, chosen.pdb_violations)
+                                               for node, chosen in answer.items()})
+
+
 def _handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # the scheduler keeps its connections open
@@ -161,10 +210,12 @@ def _handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
                 return
             body = self.rfile.read(length)  # read even when refused: the connection stays usable
             if verb not in server.routes:
-                self._send(404, {"Error": f"unknown verb {verb!r}: use filter, prioritize or bind"})
+                self._send(404, {"Error": f"unknown verb {verb!r}: use filter, prioritize, bind or preempt"})
                 return
             try:
                 self._send(200, server.answer(verb, body))
+            except VerbRefused as refused:
+                self._send(refused.status, {"Error": str(refused)})
             except Exception as error:  # noqa: BLE001 - a bug answers the scheduler, and the server keeps serving
                 log.exception("verb failed", extra={"fields": {"verb": verb}})
                 self._send(200, [] if verb == "prioritize" else {"Error": f"extender {verb} failed: {error}"})

@@ -19,7 +19,9 @@ from common import bindrequest
 from common.gpuclaims import FULL, GpuRequest, InvalidRequest, request_of
 from common.logs import log_context
 from extender.ledger import Ledger, Standing, standing_of
-from extender.placement import Policy, filter_nodes, placements, scores, whole_refusal
+from extender.placement import NodeGpus, Policy, filter_nodes, fits, placements, scores, whole_refusal
+from extender.preemption.nodepods import pod_priority
+from extender.preemption.nominated import Nominations, held_refusal
 
 log = logging.getLogger("extender.verbs")
 
@@ -88,7 +90,7 @@ class Verbs:
                  find_pod: Callable[[str, str], dict[str, Any] | None], policy: Policy = Policy.BINPACK,
                  bind_timeout_s: float = 25.0, new_group_id: Callable[[], str] = lambda: str(uuid.uuid4()),
                  on_bind: Callable[[str], None] = lambda outcome: None, requeue: Requeue | None = None,
-                 unsynced: Callable[[], str] = lambda: "") -> None:
+                 unsynced: Callable[[], str] = lambda: "", nominations: Nominations | None = None) -> None:
         self.ledger = ledger
         self.bind_requests = bind_requests
         self.find_pod = find_pod
@@ -102,6 +104,8 @@ class Verbs:
         # Which informers have not applied their first list yet, and why ("" once all have): the ledger is
         # complete only then (extender/app.py).
         self.unsynced = unsynced
+        # Pods the kube-scheduler nominated by preemption keep the room made for them (preemption/nominated.py).
+        self.nominations = nominations or Nominations()
         # Pods a bind call is working on: the ledger holds one decision per pod, so a second call at once (two
         # scheduler replicas in a hand-over, a scheduler restarted mid-bind) would replace the first's.
         self._binding: set[str] = set()
@@ -131,6 +135,7 @@ class Verbs:
             return list(node_names), {}
         else:
             views, refused = self._views(node_names)
+            views = self._leave_nominated_room(views, refused, pod_priority(pod), f"{namespace}/{name}")
             if request.shared:
                 fitting, not_fitting = filter_nodes(request, views)
             else:
@@ -206,6 +211,11 @@ class Verbs:
             return self._bind_standing(namespace, name, standing.bind_request, node)
         groups: dict[str, int] | None = None
         if request.shared or request.whole:
+            held_for_others = self._nominated_refusal(request, node, pod_priority(pod), f"{namespace}/{name}")
+            if held_for_others:
+                log.info("bind refused: room held for a nominated pod", extra={"fields": {"reason": held_for_others}})
+                self.on_bind("refused")
+                return f'node "{node}" cannot take pod "{namespace}/{name}": {held_for_others}'
             placed = self.ledger.place(namespace, name, request, node, self.policy, self.new_group_id)
             if isinstance(placed, str):
                 log.info("bind refused: the node no longer fits", extra={"fields": {"reason": placed}})
@@ -255,6 +265,35 @@ class Verbs:
         log.warning("bind failed", extra={"fields": {"reason": outcome.reason}})
         self.on_bind("failed")
         return outcome.reason
+
+    def _leave_nominated_room(self, views: list[NodeGpus], refused: dict[str, str], priority: int,
+                              key: str) -> list[NodeGpus]:
+        """The views with the room of pods nominated there ahead of this one taken; a node where such a pod does
+        not fit yet is refused."""
+        kept = []
+        for view in views:
+            nominees = self.nominations.ahead_of(view.name, priority, key)
+            if not nominees:
+                kept.append(view)
+                continue
+            held, why = held_refusal(view, nominees)
+            if why:
+                refused[view.name] = why
+            else:
+                kept.append(held)
+        return kept
+
+    def _nominated_refusal(self, request: GpuRequest, node: str, priority: int, key: str) -> str:
+        """Why a bind to `node` would take room held for a nominated pod ("" when it would not)."""
+        view = self.ledger.view(node)
+        nominees = self.nominations.ahead_of(node, priority, key)
+        if view is None or not nominees:
+            return ""
+        held, why = held_refusal(view, nominees)
+        if why:
+            return why
+        outcome = fits(request, held) if request.shared else whole_refusal(request, held) or True
+        return "" if outcome is True else f"{outcome}, the rest being held for pods nominated by preemption"
 
     def _views(self, node_names: list[str]) -> tuple[list[Any], dict[str, str]]:
         views = []

@@ -51,11 +51,11 @@ class StockBed:
             if names.SHARED_GPU_CONFIGMAP in (pod["metadata"].get("annotations") or {}) or not annotations:
                 return pod
             self.kube.delete(pod_path(self.namespace, name), params={"gracePeriodSeconds": "0"})
-            wait_for("pod deleted", lambda: not self._exists(name))
+            wait_for("pod deleted", lambda: not self.exists(name))
             assert time.monotonic() < deadline, "the webhook never mutated the pod"
             time.sleep(0.3)
 
-    def _exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
         try:
             self.kube.get(pod_path(self.namespace, name))
             return True
@@ -74,7 +74,8 @@ class StockBed:
 def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path: Path,
                 scheduler_kubeconfig: Path | None = None, binder_flags: Sequence[str] = ("--qps", "0"),
                 node_cache_capable: bool | None = None, webhook_flags: Sequence[str] = (),
-                extender_kubeconfig: Path | None = None) -> Iterator[StockBed]:
+                extender_kubeconfig: Path | None = None, extender_flags: Sequence[str] = (),
+                gpu_preemption: bool = False) -> Iterator[StockBed]:
     kube = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
     marker = {"fracgpu-stock-test": uuid.uuid4().hex[:8]}
     namespace = create_namespace(kube_admin, prefix="stock", labels=marker)
@@ -82,12 +83,13 @@ def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path
     webhook = AdmissionProcess(tmp_path / "webhook", ["--gpu-sharing-enabled", "--scheduler-name", SCHEDULER_NAME,
                                                       *webhook_flags])
     extender = ExtenderProcess(control_plane, tmp_path / "extender", "--resource-reservation-namespace",
-                               reservation_namespace, kubeconfig=extender_kubeconfig or scheduler_kubeconfig)
+                               reservation_namespace, *extender_flags,
+                               kubeconfig=extender_kubeconfig or scheduler_kubeconfig)
     scheduler = StockScheduler(control_plane, tmp_path / "scheduler", extender.url, kubeconfig=scheduler_kubeconfig,
-                               node_cache_capable=node_cache_capable)
+                               node_cache_capable=node_cache_capable, gpu_preemption=gpu_preemption)
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
                            reservation_namespace, "--resource-reservation-allocation-timeout", "15", *binder_flags)
-    player = NodePlayer(kube, reservation_namespace, [namespace])
+    player = NodePlayer(kube, reservation_namespace, [namespace], finalize_all=gpu_preemption)
     bed = StockBed(kube, kube_admin, namespace, reservation_namespace, marker, extender, scheduler, binder, player)
     with webhook:
         configurations = local_webhook_configurations(webhook.url, (webhook.cert_dir / "ca.crt").read_bytes(),

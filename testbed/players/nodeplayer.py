@@ -50,7 +50,9 @@ class NodePlayer:
     Both annotations are what a restarted player rebuilds its allocation from.
 
     `paused`: the nodes do nothing (no admission, no finished deletion) while pods arriving are remembered;
-    un-pausing serves them at once. `finalize=False` leaves pods being deleted Terminating. `start_reservation`
+    un-pausing serves them at once. `finalize=False` leaves pods being deleted Terminating; `finalize_all` finishes
+    the deletion of every pod bound to a played node, fractional ones too (a kubelet does: preemption deletes its
+    victims with their grace period, and a preemptor waits for them to be gone). `start_reservation`
     (pod, device id): start the reservation pod's program, which reports the id itself; the player then records
     the device in `fracgpu.testbed/devices` instead of writing the id.
 
@@ -58,11 +60,13 @@ class NodePlayer:
     pod at a time). Polling with LISTs cost the API server more CPU in a benchmark than the programs measured."""
 
     def __init__(self, client: KubeClient, reservation_namespace: str, namespaces: Iterable[str] = (), *,
-                 finalize: bool = True, start_reservation: Callable[[dict, str], None] | None = None) -> None:
+                 finalize: bool = True, start_reservation: Callable[[dict, str], None] | None = None,
+                 finalize_all: bool = False) -> None:
         self.client = client
         self.namespace = reservation_namespace
         self.namespaces = list(dict.fromkeys([reservation_namespace, *namespaces]))
         self.finalize = finalize
+        self.finalize_all = finalize_all
         self.start_reservation = start_reservation
         self._paused = False
         self._lock = threading.RLock()
@@ -189,6 +193,12 @@ class NodePlayer:
         """True when nothing is left to do for `pod` until it changes."""
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         uid, node, wanted = meta.get("uid", ""), spec.get("nodeName"), gpus_requested(pod)
+        if node and not wanted and self.finalize_all and meta.get("deletionTimestamp"):
+            if self._paused:
+                return False
+            if self._capacity(node) is not None:
+                self.client.delete_exact(pod_path(meta["namespace"], meta["name"]), uid, grace_seconds=0)
+            return True
         if not node or not wanted:
             return True  # not on a node yet, or no devices: nothing of the device manager's
         if self._stop.is_set():

@@ -28,8 +28,16 @@ def test_a_ledger_of_slimmed_pods_sees_what_a_ledger_of_whole_pods_sees():
     assert slim.view("n1") == full.view("n1")
     assert slim.view("n1").groups == {"a": 50, "b": 25, "c": 30, "d": 30} and slim.view("n1").whole_in_use == 2
     kept = slim_gpu_pod(whole_pod("w", "n1", 2))
-    assert "managedFields" not in kept["metadata"] and kept["metadata"]["labels"] == {}
+    # A GPU pod keeps its labels: a PodDisruptionBudget that covers it as a victim is found by them.
+    assert "managedFields" not in kept["metadata"] and kept["metadata"]["labels"] == {"app": "x"}
     assert kept["spec"]["containers"] == [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    plain = whole_pod("p", "n1", 1)
+    plain["spec"]["containers"][0]["resources"] = {"limits": {"memory": "1Gi"}}
+    plain["spec"]["priority"] = 5
+    plain["status"]["nominatedNodeName"] = "n2"
+    kept = slim_gpu_pod(plain)
+    assert kept["metadata"]["labels"] == {} and kept["spec"]["priority"] == 5
+    assert kept["status"] == {"phase": "Running", "nominatedNodeName": "n2"}
 
 
 def test_gpus_of_sidecar_init_containers_count_beside_the_containers_slimmed_or_not():

@@ -9,6 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from common import names
+from common.labelselector import label_selector_matches, requirement_matches
 from common.quantity import InvalidQuantity, parse_quantity
 
 FILESYSTEM = "Filesystem"
@@ -26,25 +27,6 @@ def quantity(value: Any) -> Fraction:
 
 
 # ---------------------------------------------------------------------- selectors
-def _requirement_matches(values_of: dict[str, str], key: str, operator: str, values: list[str]) -> bool:
-    present = key in values_of
-    if operator == "In":
-        return present and values_of[key] in values
-    if operator == "NotIn":
-        return not present or values_of[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(values_of[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if operator == "Gt" else have < want
-    return False
-
-
 def node_selector_term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
     """All expressions (node labels) and fields (metadata.name) hold; an empty term matches nothing."""
     expressions = term.get("matchExpressions") or []
@@ -54,9 +36,9 @@ def node_selector_term_matches(term: dict[str, Any], node: dict[str, Any]) -> bo
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     field_values = {"metadata.name": meta.get("name", "")}
-    return all(_requirement_matches(labels, e.get("key", ""), e.get("operator", ""), e.get("values") or [])
+    return all(requirement_matches(labels, e.get("key", ""), e.get("operator", ""), e.get("values") or [])
                for e in expressions) and \
-        all(_requirement_matches(field_values, f.get("key", ""), f.get("operator", ""), f.get("values") or [])
+        all(requirement_matches(field_values, f.get("key", ""), f.get("operator", ""), f.get("values") or [])
             for f in fields)
 
 
@@ -66,16 +48,6 @@ def pv_admits_node(pv: dict[str, Any], node: dict[str, Any]) -> bool:
     if not required:
         return True
     return any(node_selector_term_matches(term or {}, node) for term in required.get("nodeSelectorTerms") or [])
-
-
-def label_selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
-    """metav1.LabelSelector: None or {} selects everything."""
-    if not selector:
-        return True
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(_requirement_matches(labels, e.get("key", ""), e.get("operator", ""), e.get("values") or [])
-               for e in selector.get("matchExpressions") or [])
 
 
 def topology_admits_node(storage_class: dict[str, Any], node: dict[str, Any]) -> bool:

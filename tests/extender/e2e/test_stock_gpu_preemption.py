@@ -1,0 +1,167 @@
+"""GPU-aware preemption through the real kube-scheduler (docs/decisions.md 2.17): countable shares from the webhook,
+node capacity from the extender, the profile's fit on `fracgpu.io/milligpu`, and the extender's preempt verb.
+
+A node full of priority-0 pods (a whole GPU, two halves sharing the other) takes priority-1000 preemptors: a half
+takes the youngest half's place, beside the other; then a whole GPU takes the whole-GPU pod's device, never the
+device the first preemptor now shares. Each takes exactly the victims the rule gives (worked out here from the pods
+as created), no device is ever over-committed while victims and preemptors overlap, each preemptor is bound within
+10 s of its last victim's end, and a pod of equal priority preempts nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from common import names
+from common.kube.client import ApiError, pod_path
+from testbed.cluster.kube import wait_for
+from testbed.cluster.manifests import MANIFESTS, apply, render
+from testbed.stockbed import StockBed, running_bed
+from tests.extender.e2e import gpu_truth
+from tests.extender.e2e.test_stock_preemption import shipped_reservation_flags
+
+pytestmark = pytest.mark.apiserver
+
+HIGH = "fracgpu-test-gpu-priority-1000"
+
+
+@pytest.fixture
+def preemption_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock_crds: None,
+                   nvidia_runtime_class: None, tmp_path: Path) -> Iterator[StockBed]:
+    shipped = [document for document in render(MANIFESTS / "shared") if document["kind"] == "PriorityClass"]
+    apply(kube_session, [*shipped, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                    "metadata": {"name": HIGH}, "value": 1000}])
+    with running_bed(control_plane, kube_admin, kube_session, tmp_path,
+                     binder_flags=("--qps", "0", *shipped_reservation_flags()),
+                     webhook_flags=("--countable-gpu-shares", "--kubeconfig", str(control_plane.admin_kubeconfig)),
+                     extender_flags=("--advertise-countable-shares",), gpu_preemption=True) as bed:
+        yield bed
+
+
+class OverCommitWatch:
+    """Reads the bed's GPUs from the API server every 0.2 s while the test runs; any over-commit is kept."""
+
+    def __init__(self, bed: StockBed) -> None:
+        self.bed = bed
+        self.problems: list[str] = []
+        self.reads = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> OverCommitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            nodes = [self.bed.kube.get(f"/api/v1/nodes/{name}") for name in self.bed.nodes]
+            truth = gpu_truth.read(self.bed.kube, self.bed.namespace, self.bed.reservation_namespace, nodes)
+            self.problems.extend(problem for problem in truth.problems if problem not in self.problems)
+            self.reads += 1
+
+
+def create(bed: StockBed, name: str, annotations: dict[str, str] | None = None, gpus: int = 0,
+           priority_class: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    pod = bed.pod(name, annotations)
+    pod["metadata"]["labels"] = dict(labels or {})
+    if gpus:
+        pod["spec"]["containers"][0]["resources"] = {"limits": {names.NVIDIA_GPU: str(gpus)}}
+    if priority_class:
+        pod["spec"]["priorityClassName"] = priority_class
+    created = bed.kube.create(pod_path(bed.namespace), pod)
+    assert names.MILLIGPU in created["spec"]["containers"][0]["resources"]["limits"], created
+    return created
+
+
+def node_of(bed: StockBed, name: str) -> str | None:
+    try:
+        pod = bed.kube.get(pod_path(bed.namespace, name))
+    except ApiError as error:
+        assert error.not_found
+        return None
+    return pod["spec"].get("nodeName")
+
+
+def events_of(bed: StockBed, name: str, reason: str) -> list[str]:
+    listed = bed.kube.get(f"/api/v1/namespaces/{bed.namespace}/events",
+                          params={"fieldSelector": f"involvedObject.name={name},reason={reason}"})
+    return [event["message"] for event in listed["items"]]
+
+
+def bound_after_its_victim(bed: StockBed, preemptor: str, victim: str) -> float:
+    """Seconds from the victim's end (gone from the API server) to the preemptor bound."""
+    wait_for(f"{victim} gone", lambda: not bed.exists(victim), timeout=30, interval=0.05)
+    ended = time.monotonic()
+    wait_for(f"{preemptor} bound", lambda: node_of(bed, preemptor), timeout=30, interval=0.05)
+    return time.monotonic() - ended
+
+
+def test_preemptors_of_each_kind_take_exactly_the_victims_the_rule_gives(preemption_bed):
+    bed = preemption_bed
+    node = bed.add_node(gpus=2)
+    wait_for("the node's countable shares", lambda: bed.kube.get(f"/api/v1/nodes/{node}")["status"]
+             .get("allocatable", {}).get(names.MILLIGPU) in ("2k", "2000"), timeout=30, interval=0.2)
+    # Created a second apart: the victim rule breaks ties between equal pods by age (youngest first).
+    create(bed, "whole", gpus=1)
+    wait_for("whole bound", lambda: node_of(bed, "whole"), timeout=60, interval=0.2)
+    for name in ("old-half", "young-half"):
+        time.sleep(1.1)
+        create(bed, name, {"gpu-fraction": "0.5"})
+        wait_for(f"{name} bound", lambda name=name: node_of(bed, name), timeout=60, interval=0.2)
+    with OverCommitWatch(bed) as watch:
+        # A half at 1000: one victim makes room (any of the three); the youngest is young-half.
+        create(bed, "half-preemptor", {"gpu-fraction": "0.5"}, priority_class=HIGH)
+        assert bound_after_its_victim(bed, "half-preemptor", "young-half") < 10
+        assert node_of(bed, "half-preemptor") == node
+        assert node_of(bed, "old-half") == node and node_of(bed, "whole") == node
+        # A whole GPU at 1000: the shared device holds the first preemptor, so only the whole-GPU pod's may go.
+        create(bed, "whole-preemptor", gpus=1, priority_class=HIGH)
+        assert bound_after_its_victim(bed, "whole-preemptor", "whole") < 10
+        assert node_of(bed, "old-half") == node and node_of(bed, "half-preemptor") == node
+        # Equal priority: nothing is preempted, the pod waits.
+        create(bed, "equal", {"gpu-fraction": "0.5"})
+        time.sleep(5)
+        assert node_of(bed, "equal") is None
+        assert not (bed.kube.get(pod_path(bed.namespace, "equal")).get("status") or {}).get("nominatedNodeName")
+        assert all(node_of(bed, name) == node for name in ("old-half", "half-preemptor", "whole-preemptor"))
+    assert watch.reads > 20 and watch.problems == [], watch.problems
+    group = bed.kube.get(pod_path(bed.namespace, "half-preemptor"))["metadata"]["labels"][names.GPU_GROUP_LABEL]
+    assert events_of(bed, "half-preemptor", "PreemptingForGPU") == [
+        f"preempting {bed.namespace}/young-half on node {node} for gpu-fraction 0.50: it takes GPU group(s) "
+        f"{group} once they are gone"]
+    (victim_event,) = events_of(bed, "young-half", "PreemptedForGPU")
+    assert victim_event.startswith(f"preempted by pod {bed.namespace}/half-preemptor (priority 1000)")
+    (whole_event,) = events_of(bed, "whole-preemptor", "PreemptingForGPU")
+    assert whole_event.startswith(f"preempting {bed.namespace}/whole on node {node} for 1 whole GPU(s)")
+    metrics = requests.get(f"http://127.0.0.1:{bed.extender.metrics_port}/metrics", timeout=10).text
+    assert "fracgpu_extender_preemptions_total 2.0" in metrics
+    assert "fracgpu_extender_preemption_victims_total 2.0" in metrics
+
+
+
+def test_a_disruption_budget_is_respected_when_another_victim_set_exists(preemption_bed):
+    bed = preemption_bed
+    node = bed.add_node(gpus=1)
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}
+    bed.kube.create(f"/apis/policy/v1/namespaces/{bed.namespace}/poddisruptionbudgets", budget)
+    create(bed, "old-half", {"gpu-fraction": "0.5"})
+    wait_for("old-half bound", lambda: node_of(bed, "old-half"), timeout=60, interval=0.2)
+    time.sleep(1.1)
+    # The youngest, which the rule takes first among equals, but its budget allows no disruption.
+    create(bed, "guarded-half", {"gpu-fraction": "0.5"}, labels={"app": "guarded"})
+    wait_for("guarded-half bound", lambda: node_of(bed, "guarded-half"), timeout=60, interval=0.2)
+    create(bed, "preemptor", {"gpu-fraction": "0.5"}, priority_class=HIGH)
+    assert bound_after_its_victim(bed, "preemptor", "old-half") < 10
+    assert node_of(bed, "guarded-half") == node and node_of(bed, "preemptor") == node
