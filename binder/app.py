@@ -258,6 +258,7 @@ class BinderApp:
             log.warning("shutdown timeout: %d binds still in flight", self.queue.processing())
         self.reporter.flush(max(0.0, budget_end - time.monotonic()))
         self.record_event.flush(max(0.0, min(5.0, budget_end - time.monotonic())))
+        self.record_event.close()
         self.reporter.stop()
         if self.elector is not None:
             self.elector.stop(release=not self.lost_lease)

@@ -70,7 +70,20 @@ def current_context() -> dict[str, Any]:
     return dict(_CONTEXT.get())
 
 
-class JsonFormatter(logging.Formatter):
+# CPython 3.11 before 3.11.8 (Debian bookworm's 3.11.2, the images' Python, among them) keeps the AST conversion's
+# recursion depth in state all threads share, and formatting a traceback parses source lines (for its ^^^ marks):
+# two threads doing that at once can raise "SystemError: AST constructor recursion depth mismatch" in either. The
+# programs log exceptions from many worker threads, so their tracebacks are formatted one at a time.
+_TRACEBACK_LOCK = threading.Lock()
+
+
+class _OneTracebackAtATime(logging.Formatter):
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's API
+        with _TRACEBACK_LOCK:
+            return super().formatException(ei)
+
+
+class JsonFormatter(_OneTracebackAtATime):
     def format(self, record: logging.LogRecord) -> str:
         line = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
@@ -92,7 +105,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_OneTracebackAtATime):
     def format(self, record: logging.LogRecord) -> str:
         pairs = dict(_CONTEXT.get())
         pairs.update({field: getattr(record, field) for field in CONTEXT_FIELDS if getattr(record, field, None)})

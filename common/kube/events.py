@@ -109,6 +109,15 @@ class EventRecorder:
         except Exception:  # noqa: BLE001 - the sender must survive anything
             log.exception("could not record event")
 
+    def close(self) -> None:
+        """End the senders once what is queued is sent: a stopped program (a test's, or one that stops and starts
+        again in one process) leaves no thread behind that could still log."""
+        for _ in self._threads:
+            try:
+                self._queue.put(None, timeout=1.0)
+            except queue.Full:
+                return  # the senders are stuck on a dead API server; they are daemons and go with the process
+
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for queued events to be sent; True if all were."""
         deadline = time.monotonic() + timeout
