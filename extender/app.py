@@ -295,5 +295,6 @@ class ExtenderApp:
             self.capacity.stop()
         self.informers.stop()
         self.pdbs.stop()
+        self.events.close()
         for endpoint in self.endpoints:
             endpoint.stop()

@@ -97,10 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         installed = _override(read_installed(client, args.namespace), args)
         if args.command == "doctor":
             return _doctor(client, installed, args)
-        nodes, warnings = gpus.read_allocation(client, installed.reservation_namespace)
+        nodes, warnings, nominated = gpus.read_allocation(client, installed.reservation_namespace)
         for warning in warnings:
             print(f"{PROGRAM}: warning: {warning}", file=sys.stderr)
-        sys.stdout.write(gpus.render(nodes, args.output, gpus.read_dra(client)))
+        sys.stdout.write(gpus.render(nodes, args.output, gpus.read_dra(client), nominated))
         return 0
     except ApiError as error:
         if error.transport:

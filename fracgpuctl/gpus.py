@@ -4,30 +4,70 @@ The grouping itself is common/gpu_allocation.py (the binder's allocation gauges 
 GPU accounting the extender places by (common/gpuclaims.py); this module only reads the objects and prints them, as
 a table or as JSON. A share the accounting cannot tell (it counts the whole GPU) prints with a `~`; `?` is a pod
 that nothing claims a GPU for yet. GPUs shared through DRA (fracgpu's DRA driver) follow in a table of their own:
-each device with the shares its claims hold (`consumedCapacity`, common/dra.py).
+each device with the shares its claims hold (`consumedCapacity`, common/dra.py). GPU pods the kube-scheduler
+nominated on a node by preemption (waiting there for their victims to end) are listed last, with the room they
+hold (docs/priorities.md).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from common import names
 from common.dra import DraDevice, read_dra_devices
 from common.gpu_allocation import NodeAllocation, allocation, to_json
+from common.gpuclaims import InvalidRequest, request_of
 from common.kube.client import ApiError, KubeClient, bindrequest_path
 
 
+@dataclass(frozen=True)
+class NominatedPod:
+    """A GPU pod nominated on a node by preemption, not bound yet: the room it waits for is held there."""
+
+    node: str
+    pod: str  # namespace/name
+    priority: int
+    request: str
+
+
 def _slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """Only what the allocation reads; a large cluster's pod list is otherwise held whole."""
+    """Only what the allocation and the nominations read; a large cluster's pod list is otherwise held whole."""
     meta = pod.get("metadata") or {}
-    return {"metadata": {key: meta.get(key) for key in ("namespace", "name", "labels", "annotations")},
-            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-            "status": {"phase": (pod.get("status") or {}).get("phase", "")}}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    slim = {"metadata": {key: meta.get(key) for key in ("namespace", "name", "labels", "annotations")},
+            "spec": {"nodeName": spec.get("nodeName")}, "status": {"phase": status.get("phase", "")}}
+    if status.get("nominatedNodeName") and not spec.get("nodeName"):
+        slim["spec"].update(priority=spec.get("priority") or 0, containers=[
+            {"name": c.get("name"), "resources": {"limits": dict((c.get("resources") or {}).get("limits") or {})}}
+            for c in spec.get("containers") or []])
+        slim["status"]["nominatedNodeName"] = status["nominatedNodeName"]
+    return slim
 
 
-def read_allocation(client: KubeClient, reservation_namespace: str) -> tuple[list[NodeAllocation], list[str]]:
-    """The allocation, and warnings about what could not be read (a missing BindRequest CRD only weakens shares)."""
+def nominated(pods: list[dict[str, Any]]) -> list[NominatedPod]:
+    found = []
+    for pod in pods:
+        node = (pod.get("status") or {}).get("nominatedNodeName")
+        if not node or (pod.get("spec") or {}).get("nodeName"):
+            continue
+        try:
+            request = request_of(pod)
+        except InvalidRequest:
+            continue
+        if request.shared or request.whole:
+            meta = pod.get("metadata") or {}
+            found.append(NominatedPod(node, f"{meta.get('namespace')}/{meta.get('name')}",
+                                      int((pod.get("spec") or {}).get("priority") or 0), request.describe()))
+    return sorted(found, key=lambda entry: (entry.node, -entry.priority, entry.pod))
+
+
+def read_allocation(client: KubeClient, reservation_namespace: str
+                    ) -> tuple[list[NodeAllocation], list[str], list[NominatedPod]]:
+    """The allocation, warnings about what could not be read (a missing BindRequest CRD only weakens shares), and
+    the GPU pods nominated by preemption."""
     warnings = []
     pods = client.list_all("/api/v1/pods", transform=_slim_pod).get("items") or []
     try:
@@ -39,7 +79,7 @@ def read_allocation(client: KubeClient, reservation_namespace: str) -> tuple[lis
         warnings.append(f"no {names.BINDREQUEST_PLURAL}.{names.BINDREQUEST_GROUP} API: shares come from the pods' "
                         "annotations only")
     nodes = client.list_all("/api/v1/nodes").get("items") or []
-    return allocation(pods, bind_requests, nodes, reservation_namespace), warnings
+    return allocation(pods, bind_requests, nodes, reservation_namespace), warnings, nominated(pods)
 
 
 def read_dra(client: KubeClient) -> list[DraDevice]:
@@ -109,11 +149,26 @@ def table(nodes: list[NodeAllocation]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(nodes: list[NodeAllocation], output: str, dra: list[DraDevice] | None = None) -> str:
-    dra = dra or []
+def nominated_table(pods: list[NominatedPod]) -> str:
+    header = ["NODE", "NOMINATED POD", "PRIORITY", "HOLDS ROOM FOR"]
+    rows = [[entry.node, entry.pod, str(entry.priority), entry.request] for entry in pods]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
+def render(nodes: list[NodeAllocation], output: str, dra: list[DraDevice] | None = None,
+           nominated_pods: list[NominatedPod] | None = None) -> str:
+    dra, nominated_pods = dra or [], nominated_pods or []
     if output == "json":
-        return json.dumps({"nodes": to_json(nodes), "dra": _dra_json(dra)}, indent=2) + "\n"
-    if not dra:
-        return table(nodes)
-    shared = table(nodes) if any(node.groups for node in nodes) else ""
-    return shared + ("\n" if shared else "") + f"Shared through DRA ({names.DRA_DRIVER_NAME}):\n" + dra_table(dra)
+        return json.dumps({"nodes": to_json(nodes), "dra": _dra_json(dra), "nominated": [
+            {"node": entry.node, "pod": entry.pod, "priority": entry.priority, "request": entry.request}
+            for entry in nominated_pods]}, indent=2) + "\n"
+    text = table(nodes)
+    if dra:
+        shared = text if any(node.groups for node in nodes) else ""
+        text = shared + ("\n" if shared else "") + f"Shared through DRA ({names.DRA_DRIVER_NAME}):\n" + dra_table(dra)
+    if nominated_pods:
+        text += ("\nNominated by preemption (their room is held while their victims end):\n"
+                 + nominated_table(nominated_pods))
+    return text

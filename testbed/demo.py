@@ -150,8 +150,11 @@ class Demo:
 
     def start_admission(self, session: KubeSession, documents: list[dict[str, Any]]) -> None:
         _, args = shipped_args(documents, "Deployment", "fracgpu-admission")
-        say(f"starting the admission webhook (gunicorn, TLS) with its Deployment's flags: {' '.join(args)}")
-        self.admission = AdmissionProcess(self.workdir / "admission", args).start()
+        say(f"starting the admission webhook (gunicorn, TLS) as ServiceAccount fracgpu-admission with its "
+            f"Deployment's flags: {' '.join(args)}")
+        # In a pod it reads the API server (countable shares: the nodes' GPU sizes) with its ServiceAccount.
+        kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-admission")
+        self.admission = AdmissionProcess(self.workdir / "admission", [*args, "--kubeconfig", str(kubeconfig)]).start()
         say("python -m certs register: the webhooks go live now that the webhook answers")
         kubeconfig = kubeconfig_for(self.control_plane, self.workdir, SYSTEM, "fracgpu-certs")
         result = run_certs(kubeconfig, registration_args(documents, self.admission.url),

@@ -74,22 +74,25 @@ class StockBed:
 def running_bed(control_plane: Any, kube_admin: Any, kube_session: Any, tmp_path: Path,
                 scheduler_kubeconfig: Path | None = None, binder_flags: Sequence[str] = ("--qps", "0"),
                 node_cache_capable: bool | None = None, webhook_flags: Sequence[str] = (),
-                extender_kubeconfig: Path | None = None, extender_flags: Sequence[str] = (),
-                gpu_preemption: bool = False) -> Iterator[StockBed]:
+                extender_kubeconfig: Path | None = None) -> Iterator[StockBed]:
     kube = KubeClient.from_kubeconfig(str(control_plane.admin_kubeconfig), qps=0, burst=1)
     marker = {"fracgpu-stock-test": uuid.uuid4().hex[:8]}
     namespace = create_namespace(kube_admin, prefix="stock", labels=marker)
     reservation_namespace = create_namespace(kube_admin, prefix="rsv")
+    # Countable shares on, as the stock-scheduler component ships them: the webhook adds them to the pods (it reads
+    # the nodes' GPU sizes as the admin here), the extender writes the nodes' capacity.
     webhook = AdmissionProcess(tmp_path / "webhook", ["--gpu-sharing-enabled", "--scheduler-name", SCHEDULER_NAME,
-                                                      *webhook_flags])
+                                                      "--countable-gpu-shares", "--kubeconfig",
+                                                      str(control_plane.admin_kubeconfig), *webhook_flags])
     extender = ExtenderProcess(control_plane, tmp_path / "extender", "--resource-reservation-namespace",
-                               reservation_namespace, *extender_flags,
+                               reservation_namespace, "--advertise-countable-shares",
                                kubeconfig=extender_kubeconfig or scheduler_kubeconfig)
     scheduler = StockScheduler(control_plane, tmp_path / "scheduler", extender.url, kubeconfig=scheduler_kubeconfig,
-                               node_cache_capable=node_cache_capable, gpu_preemption=gpu_preemption)
+                               node_cache_capable=node_cache_capable)
     binder = BinderProcess(control_plane, tmp_path / "binder", "--resource-reservation-namespace",
                            reservation_namespace, "--resource-reservation-allocation-timeout", "15", *binder_flags)
-    player = NodePlayer(kube, reservation_namespace, [namespace], finalize_all=gpu_preemption)
+    # Every deletion finished, as a kubelet does: preemption deletes its victims with their grace period.
+    player = NodePlayer(kube, reservation_namespace, [namespace], finalize_all=True)
     bed = StockBed(kube, kube_admin, namespace, reservation_namespace, marker, extender, scheduler, binder, player)
     with webhook:
         configurations = local_webhook_configurations(webhook.url, (webhook.cert_dir / "ca.crt").read_bytes(),

@@ -22,23 +22,16 @@ from testbed.programs.procs import ChildProgram, free_ports
 SCHEDULER_NAME = "fracgpu-scheduler"
 
 
-def scheduler_configuration(kubeconfig: str, extender_url: str, node_cache_capable: bool | None = None,
-                            gpu_preemption: bool = False) -> dict[str, Any]:
+def scheduler_configuration(kubeconfig: str, extender_url: str, node_cache_capable: bool | None = None
+                            ) -> dict[str, Any]:
     """The KubeSchedulerConfiguration the stock-scheduler component ships, pointed at the test bed: its
     kubeconfig, the test's extender port, and no leader election (one scheduler). `node_cache_capable`
-    overrides the shipped setting (False: the scheduler sends whole Node objects and reads them back).
-    `gpu_preemption`: the extender's preempt verb, and the profile's fit counting `fracgpu.io/milligpu` instead of
-    `nvidia.com/gpu` (docs/decisions.md 2.17)."""
+    overrides the shipped setting (False: the scheduler sends whole Node objects and reads them back)."""
     documents = render(MANIFESTS / "overlays" / "stock-scheduler")
     config = yaml.safe_load(find(documents, "ConfigMap", "fracgpu-scheduler-config")["data"]["config.yaml"])
     config["clientConnection"] = {"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
     config["leaderElection"] = {"leaderElect": False}
     (extender,) = config["extenders"]
-    if gpu_preemption:
-        extender["preemptVerb"] = "preempt"
-        (profile,) = config["profiles"]
-        profile.setdefault("pluginConfig", []).append(
-            {"name": "NodeResourcesFit", "args": {"ignoredResources": ["nvidia.com/gpu"]}})
     extender["urlPrefix"] = extender_url
     if node_cache_capable is not None:
         extender["nodeCacheCapable"] = node_cache_capable
@@ -87,8 +80,7 @@ class StockScheduler(ChildProgram):
     name = "kube-scheduler"
 
     def __init__(self, control_plane: ControlPlane, workdir: Path, extender_url: str,
-                 kubeconfig: Path | None = None, node_cache_capable: bool | None = None,
-                 gpu_preemption: bool = False) -> None:
+                 kubeconfig: Path | None = None, node_cache_capable: bool | None = None) -> None:
         super().__init__(workdir)
         self.control_plane = control_plane
         self.kubeconfig = str(kubeconfig or control_plane.admin_kubeconfig)
@@ -96,8 +88,7 @@ class StockScheduler(ChildProgram):
         self.health_url = f"https://127.0.0.1:{self.port}/healthz"
         self.config_path = self.workdir / "scheduler-config.yaml"
         self.config_path.write_text(yaml.safe_dump(
-            scheduler_configuration(self.kubeconfig, extender_url, node_cache_capable, gpu_preemption),
-            sort_keys=False))
+            scheduler_configuration(self.kubeconfig, extender_url, node_cache_capable), sort_keys=False))
 
     def argv(self) -> list[str]:
         kubeconfig = self.kubeconfig

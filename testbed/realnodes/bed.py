@@ -207,7 +207,9 @@ def real_bed(cluster: RealCluster, workdir: Path, mode: str = "kai", webhook_fla
     marker = {"fracgpu-real-test": uuid.uuid4().hex[:8]}
     namespace = create_namespace(admin, prefix="real", labels=marker)
     reservation_namespace = create_namespace(admin, prefix="rsv")
-    scheduler_flags = ["--scheduler-name", SCHEDULER_NAME] if mode == "stock" else []
+    # The stock path as its component ships it: countable shares on (the webhook reads the nodes' GPU sizes).
+    scheduler_flags = ["--scheduler-name", SCHEDULER_NAME, "--countable-gpu-shares", "--kubeconfig",
+                       str(plane.admin_kubeconfig)] if mode == "stock" else []
     webhook = AdmissionProcess(workdir / "webhook", ["--gpu-sharing-enabled", *scheduler_flags, *webhook_flags])
     binder = BinderProcess(plane, workdir / "binder", "--resource-reservation-namespace", reservation_namespace,
                            "--resource-reservation-pod-image", RESERVATION_IMAGE,
@@ -215,7 +217,7 @@ def real_bed(cluster: RealCluster, workdir: Path, mode: str = "kai", webhook_fla
     bed = RealBed(cluster, kube, mode, namespace, reservation_namespace, binder)
     if mode == "stock":
         bed.extender = ExtenderProcess(plane, workdir / "extender", "--resource-reservation-namespace",
-                                       reservation_namespace)
+                                       reservation_namespace, "--advertise-countable-shares")
         bed.scheduler = StockScheduler(plane, workdir / "scheduler", bed.extender.url)
     try:
         for ns in (namespace, reservation_namespace):

@@ -88,13 +88,15 @@ def test_webhook_settings_come_from_one_generated_configmap_every_program_reads(
                    if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fracgpu-settings-")]
     assert settings["data"] == {"FRACGPU_SCHEDULER_NAME": "kai-scheduler", "FRACGPU_WEBHOOK_FAILURE_POLICY": "Fail",
                                 "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR": "", "FRACGPU_DRA_NAMESPACE_SELECTOR": "",
-                                "FRACGPU_DRA_SCHEDULER_NAME": "default-scheduler"}
+                                "FRACGPU_DRA_SCHEDULER_NAME": "default-scheduler",
+                                "FRACGPU_COUNTABLE_GPU_SHARES": "false"}
     job = certs_job(BASE)["metadata"]["name"]
     parsed = certs_parser().parse_args(program_args(BASE, "Job", job)[1])
     assert (parsed.scheduler_name, parsed.failure_policy, parsed.namespace_selector) == ("kai-scheduler", "Fail", "")
     assert parsed.dra_namespace_selector == ""  # no DRA webhook unless the dra component asks
-    assert admission_settings(program_args(BASE, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
-        "kai-scheduler"
+    admission = admission_settings(program_args(BASE, "Deployment", "fracgpu-admission")[1])
+    # A KAI install never gets countable shares: the KAI scheduler's pods keep their wire shape.
+    assert admission.scheduler_name == "kai-scheduler" and not admission.countable_gpu_shares
     assert binder_settings(program_args(BASE, "Deployment", "fracgpu-binder")[1]).scheduler_name == "kai-scheduler"
 
 
@@ -253,11 +255,16 @@ def test_stock_scheduler_component_runs_the_stock_scheduler_with_our_extender_be
     assert hook["nodeCacheCapable"] is True and hook["ignorable"] is False
     # bind must answer before the scheduler gives up on it
     assert float(hook["httpTimeout"].rstrip("s")) > settings.bind_timeout_s
+    # GPU-aware preemption: the extender chooses the victims, and the profile's fit counts milligpu, which the
+    # extender advertises on the nodes, instead of the nvidia.com/gpu reservation pods hold (decisions 2.17).
+    assert hook["preemptVerb"] == "preempt" and settings.advertise_countable_shares
+    (profile,) = config["profiles"]
+    assert profile["pluginConfig"] == [{"name": "NodeResourcesFit", "args": {"ignoredResources": ["nvidia.com/gpu"]}}]
 
 
 def test_stock_scheduler_component_switches_the_webhooks_and_the_binder_to_its_scheduler_name():
-    assert admission_settings(program_args(STOCK, "Deployment", "fracgpu-admission")[1]).scheduler_name == \
-        STOCK_SCHEDULER
+    admission = admission_settings(program_args(STOCK, "Deployment", "fracgpu-admission")[1])
+    assert admission.scheduler_name == STOCK_SCHEDULER and admission.countable_gpu_shares
     assert binder_settings(program_args(STOCK, "Deployment", "fracgpu-binder")[1]).scheduler_name == STOCK_SCHEDULER
     parsed = certs_parser().parse_args(program_args(STOCK, "Job", certs_job(STOCK)["metadata"]["name"])[1])
     assert parsed.scheduler_name == STOCK_SCHEDULER  # the webhooks' matchCondition

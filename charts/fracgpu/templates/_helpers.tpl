@@ -62,6 +62,7 @@ namespace, kube-system) are left alone.
 {{- if .Values.dra.enabled -}}{{- $draSelector = toJson .Values.dra.namespaceSelector -}}{{- end -}}
 {{- toYaml (dict "FRACGPU_SCHEDULER_NAME" (include "fracgpu.schedulerName" .)
                  "FRACGPU_WEBHOOK_FAILURE_POLICY" .Values.webhook.failurePolicy
+                 "FRACGPU_COUNTABLE_GPU_SHARES" (ternary "true" "false" .Values.stockScheduler.enabled)
                  "FRACGPU_WEBHOOK_NAMESPACE_SELECTOR" $selector
                  "FRACGPU_DRA_NAMESPACE_SELECTOR" $draSelector
                  "FRACGPU_DRA_SCHEDULER_NAME" .Values.dra.schedulerName) -}}

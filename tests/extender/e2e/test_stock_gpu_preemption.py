@@ -21,6 +21,8 @@ import requests
 
 from common import names
 from common.kube.client import ApiError, pod_path
+from fracgpuctl import gpus
+from fracgpuctl.gpus import NominatedPod, read_allocation
 from testbed.cluster.kube import wait_for
 from testbed.cluster.manifests import MANIFESTS, apply, render
 from testbed.stockbed import StockBed, running_bed
@@ -39,9 +41,7 @@ def preemption_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock
     apply(kube_session, [*shipped, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                     "metadata": {"name": HIGH}, "value": 1000}])
     with running_bed(control_plane, kube_admin, kube_session, tmp_path,
-                     binder_flags=("--qps", "0", *shipped_reservation_flags()),
-                     webhook_flags=("--countable-gpu-shares", "--kubeconfig", str(control_plane.admin_kubeconfig)),
-                     extender_flags=("--advertise-countable-shares",), gpu_preemption=True) as bed:
+                     binder_flags=("--qps", "0", *shipped_reservation_flags())) as bed:
         yield bed
 
 
@@ -120,8 +120,16 @@ def test_preemptors_of_each_kind_take_exactly_the_victims_the_rule_gives(preempt
         create(bed, name, {"gpu-fraction": "0.5"})
         wait_for(f"{name} bound", lambda name=name: node_of(bed, name), timeout=60, interval=0.2)
     with OverCommitWatch(bed) as watch:
-        # A half at 1000: one victim makes room (any of the three); the youngest is young-half.
+        # A half at 1000: one victim makes room (any of the three); the youngest is young-half. The node holds its
+        # victim (no kubelet finishes the deletion) until `fracgpu gpus` has shown the nominated room.
+        bed.player.paused = True
         create(bed, "half-preemptor", {"gpu-fraction": "0.5"}, priority_class=HIGH)
+        wait_for("the preemptor nominated", lambda: (bed.kube.get(pod_path(bed.namespace, "half-preemptor"))
+                                                     .get("status") or {}).get("nominatedNodeName"), timeout=30)
+        _, _, nominated = read_allocation(bed.kube, bed.reservation_namespace)
+        assert nominated == [NominatedPod(node, f"{bed.namespace}/half-preemptor", 1000, "gpu-fraction 0.50")]
+        assert "Nominated by preemption" in gpus.render([], "table", [], nominated)
+        bed.player.paused = False
         assert bound_after_its_victim(bed, "half-preemptor", "young-half") < 10
         assert node_of(bed, "half-preemptor") == node
         assert node_of(bed, "old-half") == node and node_of(bed, "whole") == node

@@ -60,9 +60,13 @@ def test_fraction_memory_shared_and_multi_device_pods_end_bound_with_their_confi
 @BOTH_NODE_MODES
 def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stock_bed):
     bed = stock_bed
-    bed.add_node(gpus=1)
-    bed.create("big", {"gpu-fraction": "0.75"})
-    bound(bed, "big")
+    # Room split across devices: the kube-scheduler's own fit counts 1500 of 2000 milligpu and lets a half through,
+    # so the reason the pod reads is the extender's (a node whose milligpu are used up reads "Insufficient
+    # fracgpu.io/milligpu" from the scheduler itself).
+    bed.add_node(gpus=2)
+    for name in ("big-0", "big-1"):
+        bed.create(name, {"gpu-fraction": "0.75"})
+        bound(bed, name)
     bed.create("no-room", {"gpu-fraction": "0.5"})
 
     def failed_scheduling():
@@ -71,7 +75,7 @@ def test_a_pod_that_fits_nowhere_stays_pending_with_the_reason_in_its_event(stoc
         return [event["message"] for event in events if event.get("reason") == "FailedScheduling"]
 
     messages = wait_for("FailedScheduling event", failed_scheduling, timeout=60)
-    assert any("1 GPUs, none free; largest free share 0.25 < 0.50 requested" in message for message in messages), \
+    assert any("2 GPUs, none free; largest free share 0.25 < 0.50 requested" in message for message in messages), \
         messages
     assert not bed.kube.get(pod_path(bed.namespace, "no-room"))["spec"].get("nodeName")
 
