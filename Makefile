@@ -1,7 +1,7 @@
 # fracgpu developer and CI entry points.  See docs/testing.md.
 PYTHON ?= python3
 
-.PHONY: install k8s-binaries k8s-binaries-compat test-builds test-compat chart-tools promtool real-node-deps image-tools images test lock sbom reservation-venv
+.PHONY: install k8s-binaries k8s-binaries-compat test-builds test-compat chart-tools promtool kueue real-node-deps image-tools images test lock sbom reservation-venv
 
 PIP := $(PYTHON) -m pip install --disable-pip-version-check -q
 # uv resolves for every platform at once (--universal: amd64 and arm64 images, any developer's machine) and
@@ -48,8 +48,9 @@ K8S_COMPAT_VERSION := $(shell awk -F'\t' '$$4 == "compatibility" {print $$1}' to
 COMPAT_TESTS := tests/binder tests/extender/e2e tests/realnodes tests/apiserver/test_controlplane.py \
 	tests/apiserver/test_served_apis.py \
 	tests/apiserver/test_rbac.py tests/apiserver/test_webhook_through_apiserver.py tests/charts
-# DRA mode needs consumable capacity, on by default from v1.36 only: its real-node tests stay out.
-COMPAT_MARKS := not faults and not dra
+# DRA mode needs consumable capacity, on by default from v1.36 only: its real-node tests stay out. So does the
+# Kueue proof: Kueue is not what we ship, and one version shows that its quota counts our shares.
+COMPAT_MARKS := not faults and not dra and not kueue
 
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and etcd of the chosen version for
 # the test bed; a no-op when its cache ($${FRACGPU_K8S_CACHE:-~/.cache/fracgpu/k8s-<version>}) is complete.
@@ -70,6 +71,11 @@ chart-tools:
 promtool:
 	tools/build-promtool.sh
 
+# Kueue's manager (v0.17.0) and its install for the test that proves a ClusterQueue's quota on the countable shares
+# (tools/build-kueue.sh); a no-op when $${FRACGPU_KUEUE_CACHE:-~/.cache/fracgpu/kueue-v0.17.0} holds both.
+kueue:
+	tools/build-kueue.sh
+
 # containerd, runc, CNI plugins and busybox (apt) and kubelet + kube-proxy (the k8s build) for the test bed's
 # real nodes (testbed/realnodes); idempotent, and a no-op on a machine that cannot run them (not Linux, not root).
 real-node-deps: k8s-binaries
@@ -87,12 +93,12 @@ images: install image-tools
 	$(PYTHON) -m testbed.images
 
 # Everything `make test` needs, built three at a time: on a fresh machine the Go builds (both Kubernetes versions,
-# promtool, helm, containerd) leave a core idle while they link or wait on one big package, and pip, apt and the
+# promtool, helm, Kueue, containerd) leave a core idle while they link or wait on one big package, and pip, apt and the
 # image build wait mostly on the network and the disk, so overlapping them saves minutes (docs/testing.md). Each
 # build script logs with its own prefix, line by line; apt runs are serialised by tools/lib/apt.sh.
 test-builds:
 	$(MAKE) --no-print-directory -j3 --output-sync=line install image-tools k8s-binaries images \
-		k8s-binaries-compat promtool chart-tools real-node-deps
+		k8s-binaries-compat promtool chart-tools kueue real-node-deps
 
 # The whole suite on the chosen (default) version, then the compatibility set on the compatibility version; both
 # always run, and either failing fails the target.
