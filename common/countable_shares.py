@@ -60,6 +60,15 @@ def _whole_gpus(container: dict[str, Any]) -> int:
     return math.floor(value) if value > 0 else 0
 
 
+def shared_devices(pod: dict[str, Any]) -> int:
+    """How many devices a `gpu-fraction` or `gpu-memory` pod shares (`gpu-fraction-num-devices`, 1 by default)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    devices = uint_or_none(annotations.get(names.GPU_FRACTION_NUM_DEVICES, "1")) or 0
+    if devices <= 0:
+        raise CountableUnknown(f"{names.GPU_FRACTION_NUM_DEVICES} is not a positive integer")
+    return devices
+
+
 def countable_of(pod: dict[str, Any], largest_gpu_memory_mib: int | None) -> Countable:
     """The values each container holds. `largest_gpu_memory_mib` (the largest `nvidia.com/gpu.memory` among the
     cluster's nodes) turns `gpu-memory` into thousandths of a GPU; None (no node says) leaves a `gpu-memory` pod with
@@ -68,9 +77,7 @@ def countable_of(pod: dict[str, Any], largest_gpu_memory_mib: int | None) -> Cou
     fraction = annotations.get(names.GPU_FRACTION)
     memory = annotations.get(names.GPU_MEMORY)
     if fraction is not None or memory is not None:
-        devices = uint_or_none(annotations.get(names.GPU_FRACTION_NUM_DEVICES, "1")) or 0
-        if devices <= 0:
-            raise CountableUnknown(f"{names.GPU_FRACTION_NUM_DEVICES} is not a positive integer")
+        devices = shared_devices(pod)
         try:
             ref = fraction_container_ref(pod)
         except FractionContainerNotFound as missing:

@@ -272,11 +272,7 @@ class Verbs:
         not fit yet is refused."""
         kept = []
         for view in views:
-            nominees = self.nominations.ahead_of(view.name, priority, key)
-            if not nominees:
-                kept.append(view)
-                continue
-            held, why = held_refusal(view, nominees)
+            held, why = self._room_after_nominees(view, priority, key)
             if why:
                 refused[view.name] = why
             else:
@@ -286,14 +282,19 @@ class Verbs:
     def _nominated_refusal(self, request: GpuRequest, node: str, priority: int, key: str) -> str:
         """Why a bind to `node` would take room held for a nominated pod ("" when it would not)."""
         view = self.ledger.view(node)
-        nominees = self.nominations.ahead_of(node, priority, key)
-        if view is None or not nominees:
+        if view is None:
             return ""
-        held, why = held_refusal(view, nominees)
-        if why:
+        held, why = self._room_after_nominees(view, priority, key)
+        if why or held is view:  # refused, or nothing held there: the ledger's own fit decides
             return why
         outcome = fits(request, held) if request.shared else whole_refusal(request, held) or True
         return "" if outcome is True else f"{outcome}, the rest being held for pods nominated by preemption"
+
+    def _room_after_nominees(self, view: NodeGpus, priority: int, key: str) -> tuple[NodeGpus, str]:
+        """`view` less the room of the pods nominated on its node ahead of `key` (the same view when there are
+        none), or why one of them does not fit there yet. Filter and bind hold the room alike."""
+        nominees = self.nominations.ahead_of(view.name, priority, key)
+        return held_refusal(view, nominees) if nominees else (view, "")
 
     def _views(self, node_names: list[str]) -> tuple[list[Any], dict[str, str]]:
         views = []

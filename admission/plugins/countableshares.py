@@ -10,11 +10,10 @@ request, is refused with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from admission.plugins.base import AdmissionRequest, Denied, Pod
 from common import names
-from common.countable_shares import Countable, CountableUnknown, as_int, carried_by, countable_of
+from common.countable_shares import Countable, CountableUnknown, as_int, carried_by, countable_of, shared_devices
 from common.fraction import ContainerRef
 from common.periodic_read import ReadFailed
 
@@ -93,23 +92,22 @@ def _check(pod: Pod, expected: Countable, memory_milligpu: str | bool) -> None:
     gpu-memory pod's milligpu), "added" (ours: any whole number up to the pod's devices), False (not such a pod)."""
     carried = carried_by(pod)
     if carried and not expected:
-        resource = next(iter(next(iter(carried.values())).values()))
-        raise Denied(MSG_WITHOUT_REQUEST.format(resource=next(iter(resource))))
+        raise Denied(MSG_WITHOUT_REQUEST.format(resource=_first_resource(next(iter(carried.values())))))
     for ref, kinds in carried.items():
         container = _container_name(pod, ref)
         if ref not in expected:
-            resource = next(iter(next(iter(kinds.values()))))
-            raise Denied(MSG_NOT_HELD.format(container=container, resource=resource))
+            raise Denied(MSG_NOT_HELD.format(container=container, resource=_first_resource(kinds)))
         for kind, values in kinds.items():
             for resource, value in values.items():
                 if resource == names.MILLIGPU and memory_milligpu:
                     if memory_milligpu == "refused":
                         raise Denied(MSG_MEMORY_MILLIGPU.format(container=container))
+                    # Ours, worked out from the GPUs of the cluster as it was: any share up to the pod's devices.
+                    most = names.MILLIGPU_PER_GPU * shared_devices(pod)
                     number = as_int(value)
-                    if number is None or not 1 <= number <= names.MILLIGPU_PER_GPU * _devices(pod):
+                    if number is None or not 1 <= number <= most:
                         raise Denied(MSG_DISAGREES.format(container=container, resource=resource, kind=kind,
-                                                          value=value, expected="at most "
-                                                          f"{names.MILLIGPU_PER_GPU * _devices(pod)}"))
+                                                          value=value, expected=f"at most {most}"))
                     continue
                 wanted = expected[ref].get(resource)
                 if as_int(value) != wanted:
@@ -117,7 +115,6 @@ def _check(pod: Pod, expected: Countable, memory_milligpu: str | bool) -> None:
                                                       value=value, expected=wanted if wanted is not None else "none"))
 
 
-def _devices(pod: Pod) -> int:
-    annotations: dict[str, Any] = (pod.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(names.GPU_FRACTION_NUM_DEVICES, "1")
-    return int(text) if isinstance(text, str) and text.isdigit() else 1
+def _first_resource(kinds: dict[str, dict[str, object]]) -> str:
+    """The first countable resource a container carries ({"requests"|"limits": {resource: value}}), for a message."""
+    return next(resource for values in kinds.values() for resource in values)
