@@ -24,6 +24,9 @@ from extender.preemption.nodepods import disruptions_allowed, node_pods, pod_pri
 
 log = logging.getLogger("extender.preemption")
 
+# A pod's spec.preemptionPolicy (from its PriorityClass) that forbids it to preempt others; the other value,
+# PreemptLowerPriority, is the default.
+PREEMPT_NEVER = "Never"
 # How long a choice waits for the scheduler to nominate its preemptor on that node.
 CHOICE_KEPT_S = 120.0
 
@@ -59,6 +62,10 @@ class Preemption:
         if waiting:
             raise PreemptionNotReady(f"the extender's caches are not synced yet ({waiting}); no victims are chosen "
                                      "until they are")
+        if (pod.get("spec") or {}).get("preemptionPolicy") == PREEMPT_NEVER:
+            # The kube-scheduler does not ask for such a pod; whoever does gets no victim from us either.
+            log.info("preemptor may not preempt (preemptionPolicy Never): every node dropped")
+            return {}
         request = request_of(pod)
         if not request.shared and not request.whole:
             # Not a GPU pod: the scheduler's own choice stands.

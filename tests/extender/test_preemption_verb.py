@@ -89,6 +89,15 @@ def test_equal_priority_preempts_nothing_and_the_node_is_dropped(full_node):
     assert answer == {}
 
 
+@pytest.mark.parametrize("policy, preempts", [("PreemptLowerPriority", True), (None, True), ("Never", False)])
+def test_the_preemptors_preemption_policy_is_honoured(full_node, policy, preempts):
+    pod = preemptor({"gpu-fraction": "0.5"})
+    if policy:
+        pod["spec"]["preemptionPolicy"] = policy
+    answer = full_node.preemption().preempt(pod, {"n1": ["u-old-half"]})
+    assert (answer["n1"].gpu_victims == ("u-young-half",)) if preempts else answer == {}
+
+
 def test_a_budget_is_respected_when_another_victim_set_exists(full_node):
     full_node.pods["ns/young-half"]["metadata"]["labels"]["app"] = "guarded"
     full_node.ledger.upsert_pod(full_node.pods["ns/young-half"])

@@ -33,6 +33,7 @@ from tests.extender.e2e.test_stock_preemption import shipped_reservation_flags
 pytestmark = pytest.mark.apiserver
 
 HIGH = "fracgpu-test-gpu-priority-1000"
+HIGH_NEVER = "fracgpu-test-gpu-priority-1000-never-preempts"
 
 
 @pytest.fixture
@@ -40,7 +41,9 @@ def preemption_bed(control_plane: Any, kube_admin: Any, kube_session: Any, stock
                    nvidia_runtime_class: None, tmp_path: Path) -> Iterator[StockBed]:
     shipped = [document for document in render(MANIFESTS / "shared") if document["kind"] == "PriorityClass"]
     apply(kube_session, [*shipped, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                    "metadata": {"name": HIGH}, "value": 1000}])
+                                    "metadata": {"name": HIGH}, "value": 1000},
+                         {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                          "metadata": {"name": HIGH_NEVER}, "value": 1000, "preemptionPolicy": "Never"}])
     with running_bed(control_plane, kube_admin, kube_session, tmp_path,
                      binder_flags=("--qps", "0", *shipped_reservation_flags())) as bed:
         yield bed
@@ -219,6 +222,26 @@ def test_gpu_memory_and_multi_device_preemptors_take_exactly_the_victims_the_rul
     assert len(gpu_truth.groups_of(two_halves)) == 2
     (event,) = events_of(bed, "two-halves", "PreemptingForGPU")
     assert all(f"{bed.namespace}/{victim}" in event for victim in (partner, younger)), event
+
+
+def test_a_preemptor_whose_policy_is_never_waits_and_one_that_may_preempt_takes_its_room(preemption_bed):
+    """preemptionPolicy Never (from the PriorityClass): priority 1000 places it ahead in the queue, but it removes
+    nobody; a pod of the same priority with the default PreemptLowerPriority then preempts."""
+    bed = preemption_bed
+    node = bed.add_node(gpus=1)
+    for name in ("old-half", "young-half"):
+        create(bed, name, {"gpu-fraction": "0.5"})
+        wait_for(f"{name} bound", lambda name=name: node_of(bed, name), timeout=60, interval=0.2)
+        time.sleep(1.1)
+    never = create(bed, "never", {"gpu-fraction": "0.5"}, priority_class=HIGH_NEVER)
+    assert never["spec"]["preemptionPolicy"] == "Never" and never["spec"]["priority"] == 1000
+    time.sleep(5)
+    assert node_of(bed, "never") is None
+    assert not (bed.kube.get(pod_path(bed.namespace, "never")).get("status") or {}).get("nominatedNodeName")
+    assert node_of(bed, "old-half") == node and node_of(bed, "young-half") == node
+    create(bed, "may-preempt", {"gpu-fraction": "0.5"}, priority_class=HIGH)
+    assert bound_after_its_victim(bed, "may-preempt", "young-half") < 10
+    assert node_of(bed, "never") is None and node_of(bed, "old-half") == node
 
 
 def preempt_held(bed: StockBed, name: str, annotations: dict[str, str]) -> None:
