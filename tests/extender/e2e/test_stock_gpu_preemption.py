@@ -3,14 +3,16 @@ node capacity from the extender, the profile's fit on `fracgpu.io/milligpu`, and
 
 A node full of priority-0 pods (a whole GPU, two halves sharing the other) takes priority-1000 preemptors: a half
 takes the youngest half's place, beside the other; then a whole GPU takes the whole-GPU pod's device, never the
-device the first preemptor now shares. Each takes exactly the victims the rule gives (worked out here from the pods
-as created), no device is ever over-committed while victims and preemptors overlap, each preemptor is bound within
-10 s of its last victim's end, and a pod of equal priority preempts nothing. Two GPUs full of `gpu-memory` pods and
-halves take a `gpu-memory` preemptor and then one asking half of each of two devices, with the same checks.
+device the first preemptor now shares. Each takes exactly the victims the rule gives (worked out by hand from the
+pods as created, and by a brute force over the node's pods as the API server shows them), no device is ever
+over-committed while victims and preemptors overlap, each preemptor is bound within 10 s of its last victim's end,
+and a pod of equal priority preempts nothing. Two GPUs full of `gpu-memory` pods and halves take a `gpu-memory`
+preemptor and then one asking half of each of two devices, with the same checks.
 """
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +23,9 @@ import pytest
 import requests
 
 from common import names
+from common.gpuclaims import request_of
 from common.kube.client import ApiError, pod_path
+from extender.preemption.choice import NodePod
 from fracgpuctl import gpus
 from fracgpuctl.gpus import NominatedPod, read_allocation
 from testbed.cluster.kube import wait_for
@@ -29,6 +33,7 @@ from testbed.cluster.manifests import MANIFESTS, apply, render
 from testbed.stockbed import StockBed, running_bed
 from tests.extender.e2e import gpu_truth
 from tests.extender.e2e.test_stock_preemption import shipped_reservation_flags
+from tests.extender.test_preemption_choice import brute_force
 
 pytestmark = pytest.mark.apiserver
 
@@ -92,6 +97,42 @@ def create(bed: StockBed, name: str, annotations: dict[str, str] | None = None, 
     return created
 
 
+def rule_victims(bed: StockBed, node: str, preemptor: dict[str, Any]) -> list[str]:
+    """The victims the rule gives for `preemptor` (a pod manifest, at its priority class's value) on `node` as the
+    API server shows it now, worked out by the brute force over every subset of the node's pods that
+    tests/extender/test_preemption_choice.py judges choice.py with (its own arithmetic, not the extender's)."""
+    node_object = bed.kube.get(f"/api/v1/nodes/{node}")
+    truth = gpu_truth.read(bed.kube, bed.namespace, bed.reservation_namespace, [node_object])
+    devices = truth.nodes[node].devices
+    memory = int(node_object["metadata"]["labels"][names.GPU_MEMORY_NODE_LABEL])
+    device_of = {group: index for index, group in enumerate(sorted(truth.nodes[node].reservations))}
+    next_free = len(device_of)
+    pods = []
+    for pod in truth.pods:
+        if (pod["spec"].get("nodeName") != node or pod["metadata"].get("deletionTimestamp")
+                or (pod.get("status") or {}).get("phase") in gpu_truth.ENDED):
+            continue
+        name = pod["metadata"]["name"]
+        created = datetime.datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        held: dict[str, Any] = {}
+        annotations = pod["metadata"].get("annotations") or {}
+        if gpu_truth.requested_gpus(pod):
+            count = gpu_truth.requested_gpus(pod)
+            held["whole"] = frozenset(range(next_free, next_free + count))
+            next_free += count
+        elif names.GPU_FRACTION in annotations:
+            hundredths = round(float(annotations[names.GPU_FRACTION]) * 100)
+            held["shares"] = {device_of[group]: hundredths for group in gpu_truth.groups_of(pod)}
+        else:
+            held["memory_mib"] = {device_of[group]: int(annotations[names.GPU_MEMORY])
+                                  for group in gpu_truth.groups_of(pod)}
+        pods.append(NodePod(name, int(pod["spec"].get("priority") or 0), created.timestamp(), **held))
+    assert next_free <= devices, (next_free, devices)
+    best = brute_force(pods, devices, memory, {}, request_of(preemptor), 1000)
+    assert best is not None, "no set of lower-priority pods makes room"
+    return list(best[-1])
+
+
 def node_of(bed: StockBed, name: str) -> str | None:
     try:
         pod = bed.kube.get(pod_path(bed.namespace, name))
@@ -130,6 +171,8 @@ def test_preemptors_of_each_kind_take_exactly_the_victims_the_rule_gives(preempt
     with OverCommitWatch(bed) as watch:
         # A half at 1000: one victim makes room (any of the three); the youngest is young-half. The node holds its
         # victim (no kubelet finishes the deletion) until `fracgpu gpus` has shown the nominated room.
+        half = bed.pod("half-preemptor", {"gpu-fraction": "0.5"})
+        assert rule_victims(bed, node, half) == ["young-half"]
         bed.player.paused = True
         create(bed, "half-preemptor", {"gpu-fraction": "0.5"}, priority_class=HIGH)
         wait_for("the preemptor nominated", lambda: (bed.kube.get(pod_path(bed.namespace, "half-preemptor"))
@@ -142,6 +185,9 @@ def test_preemptors_of_each_kind_take_exactly_the_victims_the_rule_gives(preempt
         assert node_of(bed, "half-preemptor") == node
         assert node_of(bed, "old-half") == node and node_of(bed, "whole") == node
         # A whole GPU at 1000: the shared device holds the first preemptor, so only the whole-GPU pod's may go.
+        whole = bed.pod("whole-preemptor")
+        whole["spec"]["containers"][0]["resources"] = {"limits": {names.NVIDIA_GPU: "1"}}
+        assert rule_victims(bed, node, whole) == ["whole"]
         create(bed, "whole-preemptor", gpus=1, priority_class=HIGH)
         assert bound_after_its_victim(bed, "whole-preemptor", "whole") < 10
         assert node_of(bed, "old-half") == node and node_of(bed, "half-preemptor") == node
@@ -200,6 +246,7 @@ def test_gpu_memory_and_multi_device_preemptors_take_exactly_the_victims_the_rul
     groups = group_members(bed)
     assert sorted(len(members) for members in groups.values()) == [2, 2], groups
     with OverCommitWatch(bed) as watch:
+        assert rule_victims(bed, node, bed.pod("mem-preemptor", half_memory)) == ["half-b"]
         preempt_held(bed, "mem-preemptor", half_memory)
         assert bound_after_its_victim(bed, "mem-preemptor", "half-b") < 10
         assert all(node_of(bed, name) == node for name in ("mem-a", "half-a", "mem-b"))
@@ -209,7 +256,9 @@ def test_gpu_memory_and_multi_device_preemptors_take_exactly_the_victims_the_rul
         (partner,) = [name for name in shared if name != "mem-preemptor"]
         (other,) = [members for members in groups.values() if "mem-preemptor" not in members]
         younger = max(other, key=age_order.index)
-        preempt_held(bed, "two-halves", {"gpu-fraction": "0.5", names.GPU_FRACTION_NUM_DEVICES: "2"})
+        two = {"gpu-fraction": "0.5", names.GPU_FRACTION_NUM_DEVICES: "2"}
+        assert rule_victims(bed, node, bed.pod("two-halves", two)) == sorted([partner, younger])
+        preempt_held(bed, "two-halves", two)
         for victim in (partner, younger):
             wait_for(f"{victim} gone", lambda victim=victim: not bed.exists(victim), timeout=30, interval=0.05)
         ended = time.monotonic()
