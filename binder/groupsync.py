@@ -13,7 +13,9 @@ import logging
 from typing import Any, Protocol
 
 from binder import status as st
+from binder.caches import INDEX_GPU_GROUP
 from binder.metrics import BinderMetrics
+from binder.reservation.gc import is_live_reservation
 from common import bindrequest, names
 from common.gpu_allocation import FINISHED_PHASES
 from common.gpugroups import pod_groups
@@ -107,7 +109,9 @@ class GpuGroupSync:
 
     def success_written(self, bind_request: dict[str, Any]) -> None:
         """A success report landed. If the pod already finished or is gone, the syncs its completion
-        triggered ran while this BindRequest still counted as active and kept the reservation: sync again."""
+        triggered ran while this BindRequest still counted as active and kept the reservation: sync again.
+        If the cache shows no live reservation pod of a group, sync too: the bind may have been given the GPU id of
+        one evicted or deleted while it ran, whose own sync ran before this pod was on its node and so kept it."""
         groups = fraction_groups(bind_request)
         if not groups:
             return
@@ -115,6 +119,12 @@ class GpuGroupSync:
         pod = self.caches.pods.get(meta.get("namespace", ""), st.spec(bind_request).get("podName") or "")
         if pod is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             self._add(groups)
+        else:
+            self._add([group for group in groups if not self._shows_live_reservation(group)])
+
+    def _shows_live_reservation(self, group: str) -> bool:
+        return any((pod.get("metadata") or {}).get("namespace") == self.reservation_namespace
+                   and is_live_reservation(pod) for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group))
 
     def sync_groups(self, groups: list[str]) -> None:
         """Sync these groups now (their reservation pods were kept for a bind that no longer waits on them)."""

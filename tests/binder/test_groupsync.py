@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from binder.groupsync import GpuGroupSync, fraction_groups
 from binder.metrics import BinderMetrics
 from common import names
@@ -23,6 +25,9 @@ class Informer:
 
     def get(self, namespace: str, name: str):
         return self.objects.get((namespace, name))
+
+    def by_index(self, index: str, group: str) -> list[dict]:
+        return [o for o in self.objects.values() if group in (o["metadata"].get("labels") or {}).values()]
 
 
 class Caches:
@@ -119,7 +124,8 @@ def test_a_deleted_fraction_bindrequest_syncs_its_valid_groups_and_a_regular_one
 
 
 def test_a_success_written_after_the_pod_finished_syncs_again_and_before_it_does_not():
-    running = started_sync(Caches({("ns", "p"): pod("Running")}))
+    live = {(RESERVATION_NAMESPACE, "r"): reservation_pod("Running")}
+    running = started_sync(Caches({("ns", "p"): pod("Running"), **live}))
     running.success_written(fraction("g1"))
     assert queued(running) == []
     finished = started_sync(Caches({("ns", "p"): pod("Succeeded")}))
@@ -130,6 +136,20 @@ def test_a_success_written_after_the_pod_finished_syncs_again_and_before_it_does
     assert queued(gone) == ["g1"]
     gone.failure_written(fraction("g2"))
     assert queued(gone) == ["g2"]
+
+
+@pytest.mark.parametrize("reservation", ["evicted", "being deleted", "not in the cache"])
+def test_a_success_written_while_the_cache_shows_no_live_reservation_pod_syncs_the_group(reservation):
+    """The bind may hold the GPU id of a reservation pod that went away while it ran: that pod's own sync ran before
+    this pod was on its node and kept it, so the group is synced again now that it is."""
+    pods = {("ns", "p"): pod("Running")}
+    if reservation == "evicted":
+        pods[(RESERVATION_NAMESPACE, "r")] = reservation_pod("Failed")
+    elif reservation == "being deleted":
+        pods[(RESERVATION_NAMESPACE, "r")] = reservation_pod("Running", deleting=True)
+    sync = started_sync(Caches(pods))
+    sync.success_written(fraction("g1"))
+    assert queued(sync) == ["g1"]
 
 
 def test_nothing_is_queued_before_the_sync_is_started():
