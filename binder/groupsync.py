@@ -1,10 +1,10 @@
 """The GPU-group sync: when a group may have lost its last user, sync its reservation pods (reference 4.6, 7).
 
 A group is synced when a relevant pod of it (one of the served scheduler, or the group's reservation pod) finishes
-or is deleted, when the scheduler deletes a Fraction
-BindRequest that selected it, and when the BindRequest controller reports a failure (its attempt's
-reservations are no longer kept) or a success whose pod already finished. The sync itself is the
-reservation service's `sync_for_gpu_group`, which deletes reservation pods nothing uses any more.
+or is deleted, when the scheduler deletes a Fraction BindRequest that selected it, and when the BindRequest
+controller reports a failure (its attempt's reservations are no longer kept) or a success whose pod already
+finished or whose group the cache shows without a live reservation pod. The sync itself is the reservation
+service's `sync_for_gpu_group`, which deletes reservation pods nothing uses any more.
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ class GpuGroupSync:
         A reservation pod evicted or deleted under its users must sync its group even when no bind comes: a bind
         that read the pod from a cache still showing it alive gave its GPU id out, and those users hold a device
         nothing reserves until the sync deletes them."""
-        if (pod.get("metadata") or {}).get("namespace") == self.reservation_namespace:
-            return True
-        return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
+        return self._is_reservation(pod) or (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
+
+    def _is_reservation(self, pod: dict[str, Any]) -> bool:
+        return (pod.get("metadata") or {}).get("namespace") == self.reservation_namespace
 
     def _on_pod_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Reference 7: a relevant pod completing syncs its groups (multi-device labels included); a reservation pod
@@ -95,8 +96,7 @@ class GpuGroupSync:
             self._add(pod_groups(new))
 
     def _reservation_terminating(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        new_meta = new.get("metadata") or {}
-        return (new_meta.get("namespace") == self.reservation_namespace and bool(new_meta.get("deletionTimestamp"))
+        return (self._is_reservation(new) and bool((new.get("metadata") or {}).get("deletionTimestamp"))
                 and not (old.get("metadata") or {}).get("deletionTimestamp"))
 
     def _on_pod_delete(self, pod: dict[str, Any]) -> None:
@@ -123,8 +123,8 @@ class GpuGroupSync:
             self._add([group for group in groups if not self._shows_live_reservation(group)])
 
     def _shows_live_reservation(self, group: str) -> bool:
-        return any((pod.get("metadata") or {}).get("namespace") == self.reservation_namespace
-                   and is_live_reservation(pod) for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group))
+        return any(self._is_reservation(pod) and is_live_reservation(pod)
+                   for pod in self.caches.pods.by_index(INDEX_GPU_GROUP, group))
 
     def sync_groups(self, groups: list[str]) -> None:
         """Sync these groups now (their reservation pods were kept for a bind that no longer waits on them)."""
