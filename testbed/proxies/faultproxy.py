@@ -21,13 +21,16 @@ however often the client tries again.
 slow or distant one does); requests are not delayed.
 
 Everything else is forwarded unchanged, watch streams included. Every request is logged in `log` (method,
-path, status, start, duration, rule) for tests to assert on.
+path, status, start, duration, rule) for tests to assert on. A forwarded request is logged once its answer is back,
+a moment after the apiserver committed it, so a test that saw the write in the API server may ask for the log
+before the entry is there; `requests()` therefore first waits for the requests already sent upstream to be logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
 import ssl
@@ -81,6 +84,9 @@ class HttpFaultProxy:
         self.rules: list[Rule] = []
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._logged = threading.Condition(self._lock)  # notified when a request sent upstream is settled
+        self._sent_upstream: set[int] = set()  # tickets of requests sent upstream, answer not yet logged
+        self._tickets = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
         self._runner: web.AppRunner | None = None
@@ -143,9 +149,17 @@ class HttpFaultProxy:
             return len(transports)
         return asyncio.run_coroutine_threadsafe(cut(), self._loop).result(10)
 
-    def requests(self, method: str, path: str) -> list[dict[str, Any]]:
+    def requests(self, method: str, path: str, settle_s: float = 5.0) -> list[dict[str, Any]]:
+        """The logged requests of `method` whose path matches, once those sent upstream before this call are logged.
+
+        A write the caller saw take effect was sent upstream before the call, so its entry is in the answer. A
+        request still waiting out a `delay` is not sent yet and not waited for; an upstream that has not answered
+        in `settle_s` (a paused apiserver) leaves its request out rather than stall the caller.
+        """
         pattern = re.compile(path)
-        with self._lock:
+        with self._logged:
+            sent = set(self._sent_upstream)
+            self._logged.wait_for(lambda: not sent & self._sent_upstream, timeout=settle_s)
             return [r for r in self.log if r["method"] == method and pattern.search(r["path"])]
 
     def write_kubeconfig(self, path: Path | str) -> Path:
@@ -209,10 +223,8 @@ class HttpFaultProxy:
             await self._stopping.wait()
             raise ConnectionResetError("fault proxy stopped")
         # The upstream call runs on its own task: a client that gives up does not cancel it.
-        delay = rule.delay_s if rule is not None else 0.0
-        upstream = asyncio.ensure_future(self._upstream(request, body, delay))
+        upstream = asyncio.ensure_future(self._forward(request, body, rule, started))
         status, headers, stream = await asyncio.shield(upstream)
-        self._record(request.method, request.path, status, started, rule)
         if rule is not None and rule.action == "drop":  # it happened; the client will never know
             with contextlib.suppress(RuntimeError):
                 await stream.aclose()
@@ -260,9 +272,24 @@ class HttpFaultProxy:
         finally:
             reader.cancel()
 
-    async def _upstream(self, request: web.Request, body: bytes, delay: float) -> tuple[int, dict[str, str], Any]:
-        if delay:
-            await asyncio.sleep(delay)
+    async def _forward(self, request: web.Request, body: bytes, rule: Rule | None,
+                       started: float) -> tuple[int, dict[str, str], Any]:
+        """Send upstream after the rule's delay and log the answer, on the task that outlives a client giving up."""
+        if rule is not None and rule.delay_s:
+            await asyncio.sleep(rule.delay_s)
+        ticket = next(self._tickets)
+        with self._lock:
+            self._sent_upstream.add(ticket)
+        try:
+            status, headers, stream = await self._upstream(request, body)
+            self._record(request.method, request.path, status, started, rule)
+            return status, headers, stream
+        finally:
+            with self._logged:
+                self._sent_upstream.discard(ticket)
+                self._logged.notify_all()
+
+    async def _upstream(self, request: web.Request, body: bytes) -> tuple[int, dict[str, str], Any]:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Authorization"] = f"Bearer {self.token}"
